@@ -1,0 +1,150 @@
+// GradScaler: the update rule and the per-optimizer state machine.
+#include "amp/grad_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
+#include "amp/unscale.h"
+#include "framework/error.h"
+#include "ops/ops.h"
+
+namespace ampgrad::amp {
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+  validate(options);
+}
+
+void GradScaler::validate(const GradScalerOptions& o) {
+  AG_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0, "GradScaler: init_scale must be finite and > 0, got ",
+           o.init_scale);
+  AG_CHECK(std::isfinite(o.growth_factor) && o.growth_factor > 1, "GradScaler: growth_factor must be > 1, got ",
+           o.growth_factor);
+  AG_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, "GradScaler: backoff_factor must be in (0, 1), got ",
+           o.backoff_factor);
+  AG_CHECK(o.growth_interval >= 1, "GradScaler: growth_interval must be >= 1, got ", o.growth_interval);
+  AG_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale && !std::isnan(o.max_scale),
+           "GradScaler: need 0 <= min_scale <= max_scale, got min_scale ", o.min_scale, ", max_scale ", o.max_scale);
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!options_.enabled) return loss;
+  AG_CHECK(loss.defined(), "GradScaler::scale: the loss is undefined");
+  scaled_this_iteration_ = true;
+  const Tensor wide = loss.dtype() == DType::kFloat16 ? loss.to(DType::kFloat32) : loss;
+  return ops::scale(wide, scale_);
+}
+
+void GradScaler::unscale_(optim::Optimizer& opt) {
+  if (!options_.enabled) return;
+  AG_CHECK(scaled_this_iteration_, "GradScaler::unscale_: scale() was not called since the last update(); ",
+           "hint: scaler.scale(loss).backward() comes first");
+  Iteration& it = iterations_[&opt];
+  AG_CHECK(it.stage == Stage::kReady, "GradScaler::unscale_: ",
+           it.stage == Stage::kUnscaled ? "unscale_() was already called on this optimizer since the last update()"
+                                        : "unscale_() called after step() on this optimizer",
+           "; hint: call unscale_ at most once per iteration, before step()");
+  const double inv_scale = 1.0 / scale_;  // in double: exact for power-of-two scales, best-rounded otherwise
+  bool found_inf = false;
+  const std::vector<Tensor>& params = opt.parameters();
+  for (const Tensor& p : params) {
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    if (p.dtype() == DType::kFloat32) {
+      found_inf |= unscale_and_check(grad, inv_scale, grad);
+    } else {
+      Tensor master = p.master();
+      Tensor master_grad = Tensor::empty(grad.shape(), DType::kFloat32, grad.device());
+      found_inf |= unscale_and_check(grad, inv_scale, master_grad);
+      master.set_grad(master_grad);
+    }
+  }
+  it.stage = Stage::kUnscaled;
+  it.found_inf = found_inf;
+}
+
+bool GradScaler::step(optim::Optimizer& opt) {
+  if (!options_.enabled) {
+    opt.step();
+    return true;
+  }
+  AG_CHECK(scaled_this_iteration_, "GradScaler::step: scale() was not called since the last update(); ",
+           "hint: scaler.scale(loss).backward() comes first");
+  AG_CHECK(iterations_[&opt].stage != Stage::kStepped, "GradScaler::step: step() was already called on this ",
+           "optimizer since the last update(); hint: call scaler.update() once per iteration");
+  if (iterations_[&opt].stage == Stage::kReady) unscale_(opt);
+  Iteration& it = iterations_[&opt];
+  it.stage = Stage::kStepped;
+  if (it.found_inf) {
+    // Skip: drop the unscaled FP32 gradients so nothing stale reaches a later step.
+    for (const Tensor& p : opt.parameters()) {
+      Tensor master = p.master();
+      if (master.defined()) master.set_grad(Tensor());
+    }
+    return false;
+  }
+  opt.step();
+  return true;
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  AG_CHECK(scaled_this_iteration_, "GradScaler::update: scale() was not called since the last update(); ",
+           "hint: the order is scale(loss).backward(), step(opt), update()");
+  AG_CHECK(!iterations_.empty(), "GradScaler::update: no inf/NaN check was recorded in this iteration; ",
+           "hint: call scaler.step(opt) (or unscale_) before update()");
+  bool found_inf = false;
+  for (const auto& [opt, it] : iterations_) found_inf |= it.found_inf;
+  if (found_inf) {
+    set_scale(scale_ * options_.backoff_factor);
+    growth_tracker_ = 0;
+  } else if (++growth_tracker_ == options_.growth_interval) {
+    const double grown = scale_ * options_.growth_factor;
+    if (std::isfinite(grown)) set_scale(grown);
+    growth_tracker_ = 0;
+  }
+  start_next_iteration();
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled) return;
+  AG_CHECK(std::isfinite(new_scale) && new_scale > 0, "GradScaler::update(new_scale): must be finite and > 0, got ",
+           new_scale);
+  set_scale(new_scale);
+  start_next_iteration();
+}
+
+void GradScaler::set_scale(double scale) {
+  scale_ = std::clamp(scale, options_.min_scale, options_.max_scale);
+  if (scale_ < 1.0 && !warned_below_one_) {
+    warned_below_one_ = true;
+    std::cerr << "ampgrad: GradScaler scale fell below 1 (" << scale_ << "): gradients overflow even unscaled; "
+              << "look for inf/NaN in the inputs or the loss, or lower the learning rate\n";
+  }
+}
+
+void GradScaler::start_next_iteration() {
+  iterations_.clear();
+  scaled_this_iteration_ = false;
+}
+
+double GradScaler::get_scale() const { return options_.enabled ? scale_ : 1.0; }
+
+GradScalerState GradScaler::state() const {
+  return {.scale = scale_, .growth_tracker = growth_tracker_, .options = options_};
+}
+
+void GradScaler::load_state(const GradScalerState& state) {
+  validate(state.options);
+  AG_CHECK(std::isfinite(state.scale) && state.scale > 0, "GradScaler::load_state: scale must be finite and > 0, got ",
+           state.scale);
+  AG_CHECK(state.growth_tracker >= 0 && state.growth_tracker < state.options.growth_interval,
+           "GradScaler::load_state: growth_tracker ", state.growth_tracker, " must be in [0, growth_interval = ",
+           state.options.growth_interval, ")");
+  options_ = state.options;
+  scale_ = state.scale;
+  growth_tracker_ = state.growth_tracker;
+  start_next_iteration();
+}
+
+}  // namespace ampgrad::amp

@@ -1,0 +1,36 @@
+// Per-device memory: every tensor's bytes come from the allocator of its device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "framework/dtype.h"
+
+namespace ampgrad {
+
+struct MemoryStats {
+  int64_t current_bytes = 0;  // held by live tensors now
+  int64_t peak_bytes = 0;     // most ever held at once (since the last reset)
+  int64_t reserved_bytes = 0; // held from the system, including cached free blocks
+};
+
+/// Hands out raw, suitably aligned memory for one device.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual MemoryStats stats() const = 0;
+  virtual void reset_peak() = 0;
+};
+
+/// The allocator of `device`; throws a clear Error for CUDA in a build without CUDA.
+Allocator& allocator_for(Device device);
+
+/// Live, peak and reserved bytes of a device's allocator.
+MemoryStats memory_stats(Device device);
+
+/// CPU allocations are aligned to a cache line (and to any AVX-512 vector).
+inline constexpr size_t kCpuAlignment = 64;
+
+}  // namespace ampgrad

@@ -1,0 +1,93 @@
+// Autocast: per-thread state, the cast policies, and the cast cache for FP32 leaves.
+#include "framework/autocast.h"
+
+#include <unordered_map>
+
+#include "framework/autograd.h"
+#include "framework/error.h"
+
+namespace ampgrad::autocast {
+
+namespace {
+
+struct CacheEntry {
+  Tensor source;     // keeps the leaf alive, so its address cannot be reused by another tensor
+  uint64_t version;  // the source's storage version when the copy was made
+  Tensor copy;
+};
+
+struct ThreadState {
+  State per_device[2];
+  size_t depth = 0;
+  std::unordered_map<const TensorImpl*, CacheEntry> cache;  // keyed by source; one autocast dtype at a time
+};
+
+thread_local ThreadState tls;
+
+size_t device_index(Device device) { return device == Device::kCPU ? 0 : 1; }
+
+// The autocast copy of `t` in `dtype`. FP32 leaves that require grad (parameters) are cast once
+// per region and reused; a cached copy is used only if the leaf has not changed since (version)
+// and, when recording, only if the copy carries grad history (a copy made under NoGradGuard has none).
+Tensor cached_cast(const Tensor& t, DType dtype) {
+  const bool cacheable = tls.depth > 0 && t.is_leaf() && t.requires_grad() && t.dtype() == DType::kFloat32;
+  if (!cacheable) return t.to(dtype);
+  auto it = tls.cache.find(t.impl());
+  if (it != tls.cache.end()) {
+    const CacheEntry& entry = it->second;
+    const bool fresh = entry.version == t.version() && entry.copy.dtype() == dtype;
+    const bool has_history = entry.copy.grad_fn() != nullptr || !GradMode::is_enabled();
+    if (fresh && has_history) return entry.copy;
+  }
+  Tensor copy = t.to(dtype);
+  tls.cache.insert_or_assign(t.impl(), CacheEntry{t, t.version(), copy});
+  return copy;
+}
+
+}  // namespace
+
+State state(Device device) { return tls.per_device[device_index(device)]; }
+void set_state(Device device, State state) { tls.per_device[device_index(device)] = state; }
+
+void enter_region() { ++tls.depth; }
+void exit_region() {
+  AG_CHECK(tls.depth > 0, "internal: autocast region exited more often than entered");
+  if (--tls.depth == 0) tls.cache.clear();
+}
+size_t cache_size() { return tls.cache.size(); }
+
+void cast_inputs(const OpInfo& info, std::span<Tensor> inputs) {
+  const Tensor* first = nullptr;
+  for (const Tensor& t : inputs) {
+    if (t.defined()) {
+      first = &t;
+      break;
+    }
+  }
+  if (first == nullptr || info.cast_policy == CastPolicy::kNone) return;
+
+  if (info.cast_policy == CastPolicy::kPromote) {
+    DType widest = first->dtype();
+    for (const Tensor& t : inputs) {
+      if (t.defined()) widest = promote_types(widest, t.dtype());
+    }
+    for (Tensor& t : inputs) {
+      if (t.defined() && t.dtype() != widest) t = t.to(widest);
+    }
+    return;
+  }
+
+  const State s = state(first->device());
+  if (!s.enabled) return;
+  for (Tensor& t : inputs) {
+    // float64 is never autocast (as in PyTorch); a device mismatch is left for the op's check to report.
+    if (!t.defined() || t.dtype() == DType::kFloat64 || t.device() != first->device()) continue;
+    if (info.cast_policy == CastPolicy::kLowerPrecision && t.dtype() != s.dtype) {
+      t = cached_cast(t, s.dtype);
+    } else if (info.cast_policy == CastPolicy::kFloat32 && t.dtype() == DType::kFloat16) {
+      t = t.to(DType::kFloat32);
+    }
+  }
+}
+
+}  // namespace ampgrad::autocast

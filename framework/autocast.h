@@ -1,0 +1,47 @@
+// Autocast state and cast policies, read by the op dispatcher before anything is recorded.
+// The user-facing guard is amp::AutocastGuard; this is the machinery under it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "framework/tensor.h"
+
+namespace ampgrad {
+
+/// How autocast treats an op's floating-point inputs (each op states one in its declaration).
+enum class CastPolicy : uint8_t {
+  kNone,            // run in the inputs' dtype (relu, cast)
+  kLowerPrecision,  // under autocast: cast to the autocast dtype (linear, matmul)
+  kFloat32,         // under autocast: cast lower-precision inputs to float32 (losses, reductions)
+  kPromote,         // always: cast every input to the widest input dtype (add, sub, mul)
+};
+
+/// The static description every op carries: its name (for errors and the tape) and its policy.
+struct OpInfo {
+  const char* name;
+  CastPolicy cast_policy;
+};
+
+namespace autocast {
+
+struct State {
+  bool enabled = false;
+  DType dtype = DType::kFloat16;
+};
+
+/// This thread's autocast state for `device` (each device has its own, as in PyTorch).
+State state(Device device);
+void set_state(Device device, State state);
+
+/// Region nesting: the cast cache lives until the outermost region exits.
+void enter_region();
+void exit_region();
+size_t cache_size();  // number of cached casts (for tests)
+
+/// Applies `info.cast_policy` to an op's inputs in place (undefined inputs are left alone).
+/// Casts are ordinary differentiable ops, so gradients flow back in the source dtype.
+void cast_inputs(const OpInfo& info, std::span<Tensor> inputs);
+
+}  // namespace autocast
+}  // namespace ampgrad

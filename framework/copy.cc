@@ -1,0 +1,96 @@
+// copy_/fill_/accumulate_: dtype conversion and device transfer, one loop per storage type.
+#include "framework/copy.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "framework/error.h"
+#include "framework/tensor_impl.h"
+
+#if defined(AMPGRAD_WITH_CUDA)
+#include "framework/cuda/cuda_copy.h"
+#endif
+
+namespace ampgrad {
+
+namespace {
+
+template <typename To, typename From>
+void convert_cpu(const From* src, To* dst, int64_t n) {
+  if constexpr (std::is_same_v<To, From>) {
+    std::copy(src, src + n, dst);
+  } else if constexpr (std::is_same_v<From, Half> && std::is_same_v<To, float>) {
+    half_to_float(src, dst, static_cast<size_t>(n));
+  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Half>) {
+    float_to_half(src, dst, static_cast<size_t>(n));
+  } else if constexpr (std::is_same_v<From, double> && std::is_same_v<To, Half>) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = double_to_half(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = store<To>(static_cast<ComputeType<To>>(load(src[i])));
+  }
+}
+
+void copy_cpu(Tensor& dst, const Tensor& src) {
+  visit_dtype(dst.dtype(), [&](auto to) {
+    visit_dtype(src.dtype(), [&](auto from) {
+      using To = decltype(to);
+      using From = decltype(from);
+      convert_cpu<To, From>(src.data<From>(), dst.data<To>(), src.numel());
+    });
+  });
+}
+
+}  // namespace
+
+void copy_(Tensor& dst, const Tensor& src) {
+  AG_CHECK(dst.numel() == src.numel(), "copy_: ", src.to_string(), " into ", dst.to_string(),
+           " needs equal element counts");
+  if (dst.device() == Device::kCPU && src.device() == Device::kCPU) {
+    copy_cpu(dst, src);
+  } else {
+#if defined(AMPGRAD_WITH_CUDA)
+    cuda::copy(dst, src);
+#else
+    AG_FAIL("copy_: ", src.to_string(), " -> ", dst.to_string(), " needs the CUDA backend, which this build lacks");
+#endif
+  }
+  dst.bump_version();
+}
+
+void fill_(Tensor& dst, double value) {
+  if (dst.device() == Device::kCPU) {
+    visit_dtype(dst.dtype(), [&](auto t) {
+      using T = decltype(t);
+      std::fill_n(dst.data<T>(), dst.numel(), store<T>(static_cast<ComputeType<T>>(value)));
+    });
+  } else {
+#if defined(AMPGRAD_WITH_CUDA)
+    cuda::fill(dst, value);
+#else
+    AG_FAIL("fill_: ", dst.to_string(), " needs the CUDA backend, which this build lacks");
+#endif
+  }
+  dst.bump_version();
+}
+
+void accumulate_(Tensor& dst, const Tensor& src) {
+  AG_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.device() == src.device(),
+           "accumulate_: cannot add ", src.to_string(), " into ", dst.to_string());
+  if (dst.device() == Device::kCPU) {
+    visit_dtype(dst.dtype(), [&](auto t) {
+      using T = decltype(t);
+      T* d = dst.data<T>();
+      const T* s = src.data<T>();
+      for (int64_t i = 0; i < dst.numel(); ++i) d[i] = store<T>(load(d[i]) + load(s[i]));
+    });
+  } else {
+#if defined(AMPGRAD_WITH_CUDA)
+    cuda::accumulate(dst, src);
+#else
+    AG_FAIL("accumulate_: ", dst.to_string(), " needs the CUDA backend, which this build lacks");
+#endif
+  }
+  dst.bump_version();
+}
+
+}  // namespace ampgrad

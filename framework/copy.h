@@ -1,0 +1,16 @@
+// Storage-level primitives the framework itself needs (dtype conversion, device transfer,
+// filling, gradient accumulation). The math of ops lives in ops/.
+#pragma once
+
+#include "framework/tensor.h"
+
+namespace ampgrad {
+
+/// dst = src, converting dtype and moving across devices as needed (same element count).
+void copy_(Tensor& dst, const Tensor& src);
+/// Every element of dst = value (rounded to dst's dtype).
+void fill_(Tensor& dst, double value);
+/// dst += src (same shape, dtype, device), summed in the compute type and rounded once.
+void accumulate_(Tensor& dst, const Tensor& src);
+
+}  // namespace ampgrad

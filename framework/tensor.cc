@@ -1,0 +1,208 @@
+// Tensor handles, storage and factories.
+#include "framework/tensor.h"
+
+#include <limits>
+#include <sstream>
+
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/copy.h"
+#include "framework/error.h"
+#include "framework/random.h"
+#include "framework/tensor_impl.h"
+
+namespace ampgrad {
+
+Storage::Storage(size_t nbytes_in, Device device_in)
+    : data(allocator_for(device_in).allocate(nbytes_in)), nbytes(nbytes_in), device(device_in) {}
+
+Storage::~Storage() { allocator_for(device).deallocate(data, nbytes); }
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    AG_CHECK(d >= 0, "shape ", shape_to_string(shape), " has a negative dimension");
+    AG_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / 8 / d, "shape ", shape_to_string(shape),
+             " has too many elements to address");
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+namespace {
+
+TensorImpl& checked(const std::shared_ptr<TensorImpl>& impl) {
+  AG_CHECK(impl != nullptr, "this Tensor is undefined (default-constructed); hint: create it with ",
+           "from_vector/zeros/randn or check defined() first");
+  return *impl;
+}
+
+template <typename Source>
+Tensor tensor_from_values(const std::vector<Source>& values, const Shape& shape, DType dtype, Device device) {
+  const int64_t n = shape_numel(shape);
+  AG_CHECK(static_cast<int64_t>(values.size()) == n, "from_vector: ", values.size(), " values cannot fill shape ",
+           shape_to_string(shape), " (", n, " elements)");
+  // Build on the host in the source type, then one copy_ converts and moves it.
+  const DType source_dtype = std::is_same_v<Source, double> ? DType::kFloat64 : DType::kFloat32;
+  Tensor host = Tensor::empty(shape, source_dtype, Device::kCPU);
+  std::copy(values.begin(), values.end(), host.data<Source>());
+  if (dtype == source_dtype && device == Device::kCPU) return host;
+  Tensor out = Tensor::empty(shape, dtype, device);
+  copy_(out, host);
+  return out;
+}
+
+}  // namespace
+
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, DType dtype, Device device) {
+  return tensor_from_values(values, shape, dtype, device);
+}
+
+Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+  return tensor_from_values(values, shape, dtype, device);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->numel = shape_numel(shape);
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(impl->numel) * element_size(dtype), device);
+  return Tensor(std::move(impl));
+}
+
+const Shape& Tensor::shape() const { return checked(impl_).shape; }
+int64_t Tensor::numel() const { return checked(impl_).numel; }
+DType Tensor::dtype() const { return checked(impl_).dtype; }
+Device Tensor::device() const { return checked(impl_).storage->device; }
+
+int64_t Tensor::size(int64_t d) const {
+  const int64_t rank = dim();
+  AG_CHECK(d >= -rank && d < rank, "size(", d, ") is out of range for ", to_string());
+  return shape()[static_cast<size_t>(d < 0 ? d + rank : d)];
+}
+
+std::vector<double> Tensor::to_double_vector() const {
+  Tensor host = Tensor::empty(shape(), DType::kFloat64, Device::kCPU);
+  copy_(host, *this);
+  return std::vector<double>(host.data<double>(), host.data<double>() + numel());
+}
+
+std::vector<float> Tensor::to_vector() const {
+  Tensor host = Tensor::empty(shape(), DType::kFloat32, Device::kCPU);
+  copy_(host, *this);
+  return std::vector<float>(host.data<float>(), host.data<float>() + numel());
+}
+
+float Tensor::item() const {
+  AG_CHECK(numel() == 1, "item() needs a one-element tensor, got ", to_string(),
+           "; hint: reduce with ops::sum or ops::mean first");
+  return to_vector()[0];
+}
+
+std::string Tensor::to_string() const {
+  if (!impl_) return "Tensor(undefined)";
+  std::ostringstream out;
+  out << "Tensor" << shape_to_string(impl_->shape) << ' ' << impl_->dtype << ' ' << impl_->storage->device;
+  return out.str();
+}
+
+void Tensor::set_requires_grad(bool requires_grad) {
+  TensorImpl& impl = checked(impl_);
+  AG_CHECK(impl.grad_fn == nullptr || requires_grad, "set_requires_grad(false) on ", to_string(),
+           " which an op produced; hint: use detach() to get a tensor without history");
+  impl.requires_grad = requires_grad;
+}
+
+bool Tensor::requires_grad() const { return checked(impl_).requires_grad; }
+bool Tensor::is_leaf() const { return checked(impl_).grad_fn == nullptr; }
+Tensor Tensor::grad() const { return checked(impl_).grad; }
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return checked(impl_).grad_fn; }
+
+void Tensor::set_grad(const Tensor& grad) {
+  TensorImpl& impl = checked(impl_);
+  AG_CHECK(!grad.defined() || (grad.shape() == impl.shape && grad.dtype() == impl.dtype &&
+                               grad.device() == impl.storage->device),
+           "set_grad: gradient ", grad.to_string(), " does not match ", to_string());
+  impl.grad = grad;
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl& src = checked(impl_);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = src.storage;
+  impl->shape = src.shape;
+  impl->numel = src.numel;
+  impl->dtype = src.dtype;
+  return Tensor(std::move(impl));
+}
+
+void Tensor::backward(const Tensor& grad, RetainGraph retain) const { run_backward(*this, grad, retain); }
+
+Tensor Tensor::master() const { return checked(impl_).master; }
+
+void Tensor::set_master(const Tensor& master) {
+  TensorImpl& impl = checked(impl_);
+  AG_CHECK(!master.defined() || (master.dtype() == DType::kFloat32 && master.shape() == impl.shape),
+           "set_master: a master copy must be float32 with the parameter's shape, got ", master.to_string(),
+           " for ", to_string());
+  impl.master = master;
+}
+
+void Tensor::set_data(const Tensor& other) {
+  TensorImpl& impl = checked(impl_);
+  const TensorImpl& src = checked(other.impl_);
+  AG_CHECK(impl.grad_fn == nullptr, "set_data is for leaves; ", to_string(), " was produced by an op");
+  impl.storage = src.storage;
+  impl.shape = src.shape;
+  impl.numel = src.numel;
+  impl.dtype = src.dtype;
+  impl.grad = Tensor();
+  impl.master = Tensor();
+}
+
+void* Tensor::data_ptr() { return checked(impl_).storage->data; }
+const void* Tensor::data_ptr() const { return checked(impl_).storage->data; }
+uint64_t Tensor::version() const { return checked(impl_).storage->version; }
+void Tensor::bump_version() { ++checked(impl_).storage->version; }
+
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor out = Tensor::empty(shape, dtype, device);
+  fill_(out, value);
+  return out;
+}
+
+namespace {
+// Samples are drawn in double on the host (so a seed gives the same values for every dtype
+// and device), then converted once.
+template <typename Sample>
+Tensor sampled(const Shape& shape, DType dtype, Device device, Sample sample) {
+  std::vector<double> values(static_cast<size_t>(shape_numel(shape)));
+  for (double& v : values) v = sample();
+  return Tensor::from_vector(values, shape, dtype, device);
+}
+}  // namespace
+
+Tensor randn(const Shape& shape, DType dtype, Device device) {
+  return sampled(shape, dtype, device, [] { return random::next_normal(); });
+}
+
+Tensor uniform(const Shape& shape, double low, double high, DType dtype, Device device) {
+  AG_CHECK(low <= high, "uniform: low ", low, " is greater than high ", high);
+  return sampled(shape, dtype, device, [&] { return low + (high - low) * random::next_uniform(); });
+}
+
+Tensor rand(const Shape& shape, DType dtype, Device device) { return uniform(shape, 0.0, 1.0, dtype, device); }
+
+}  // namespace ampgrad

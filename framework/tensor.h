@@ -1,0 +1,104 @@
+// Tensor: a reference-counted handle to contiguous row-major storage plus the autograd metadata.
+// Copying a Tensor shares its storage and its autograd identity, as in PyTorch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/dtype.h"
+
+namespace ampgrad {
+
+using Shape = std::vector<int64_t>;
+struct TensorImpl;
+class Node;
+
+/// Whether backward() keeps the graph's saved tensors for another backward through it.
+enum class RetainGraph : bool { kNo, kYes };
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: defined() is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  /// Copies `values` into a new tensor of `shape` (its element count must match), stored as `dtype`.
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape,
+                            DType dtype = DType::kFloat32, Device device = Device::kCPU);
+  static Tensor from_vector(const std::vector<double>& values, const Shape& shape,
+                            DType dtype = DType::kFloat64, Device device = Device::kCPU);
+  /// Uninitialised storage (for kernels' outputs).
+  static Tensor empty(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+
+  /// A new tensor with this one's values in `dtype` (or on `device`); differentiable.
+  /// Returns *this when nothing changes, as PyTorch does.
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+
+  std::vector<float> to_vector() const;          // any dtype/device -> host floats
+  std::vector<double> to_double_vector() const;  // exact for every dtype
+  float item() const;                             // one-element tensors only
+  std::string to_string() const;                  // "Tensor[2, 3] float16 cpu"
+
+  // Autograd.
+  void set_requires_grad(bool requires_grad);
+  bool requires_grad() const;
+  bool is_leaf() const;                    // made by the user, not by an op that records
+  Tensor grad() const;                     // undefined until a backward reaches this leaf
+  void set_grad(const Tensor& grad);       // undefined clears it (what zero_grad does)
+  const std::shared_ptr<Node>& grad_fn() const;
+  Tensor detach() const;                   // same storage, no history, no grad
+  /// Backpropagates from this tensor, accumulating (+=) into the grad() of the leaves it reaches.
+  /// `grad` defaults to 1 for one-element tensors and is required otherwise.
+  void backward(const Tensor& grad = Tensor(), RetainGraph retain = RetainGraph::kNo) const;
+
+  /// FP32 master copy of a lower-precision parameter, set by the optimizer that owns it.
+  /// Its grad() is the unscaled FP32 gradient between GradScaler::unscale_ and the step.
+  Tensor master() const;
+  void set_master(const Tensor& master);
+
+  /// Replaces storage, shape, dtype and device in place, keeping this tensor's identity
+  /// (what Module::to uses so that handles users hold stay valid). Clears grad.
+  void set_data(const Tensor& other);
+
+  // Raw access for kernels. Writers call bump_version() so caches can see the change.
+  void* data_ptr();
+  const void* data_ptr() const;
+  template <typename T> T* data() { return static_cast<T*>(data_ptr()); }
+  template <typename T> const T* data() const { return static_cast<const T*>(data_ptr()); }
+  uint64_t version() const;
+  void bump_version();
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+/// Number of elements of a shape; throws when a dimension is negative or the count overflows.
+int64_t shape_numel(const Shape& shape);
+std::string shape_to_string(const Shape& shape);  // "[2, 3]"
+
+// Factories (defaults: float32 on CPU, no grad).
+Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
+Tensor ones(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
+Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32, Device device = Device::kCPU);
+/// Standard normal samples from the global generator (see manual_seed).
+Tensor randn(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
+/// Uniform samples in [low, high) from the global generator.
+Tensor uniform(const Shape& shape, double low, double high, DType dtype = DType::kFloat32,
+               Device device = Device::kCPU);
+Tensor rand(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
+
+}  // namespace ampgrad

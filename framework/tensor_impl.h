@@ -1,0 +1,36 @@
+// What a Tensor handle points at: storage, shape, dtype and autograd metadata.
+// Internal to ampgrad; users go through Tensor.
+#pragma once
+
+#include <memory>
+
+#include "framework/tensor.h"
+
+namespace ampgrad {
+
+/// Bytes on one device. `version` counts in-place writes, so caches and saved tensors
+/// can tell when values changed under them.
+struct Storage {
+  Storage(size_t nbytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device = Device::kCPU;
+  uint64_t version = 0;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  int64_t numel = 0;
+  DType dtype = DType::kFloat32;
+  bool requires_grad = false;
+  Tensor grad;                     // same dtype, shape and device as this tensor
+  Tensor master;                   // FP32 master copy, for lower-precision parameters an optimizer owns
+  std::shared_ptr<Node> grad_fn;   // the recorded op that produced this tensor; null for leaves
+};
+
+}  // namespace ampgrad

@@ -1,0 +1,80 @@
+// Element-wise CPU kernels: add/sub/mul with row or scalar broadcasting, relu, broadcast.
+// Storage type T, compute type float (double for float64): store(op(load(a), load(b))).
+#include "ops/cpu/kernels_cpu.h"
+
+namespace ampgrad::kernels::cpu {
+
+namespace {
+
+template <typename T, typename F>
+void binary_typed(const T* a, int64_t na, const T* b, int64_t nb, T* out, int64_t n, F f) {
+  if (na == n && nb == n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i]), load(b[i])));
+  } else if (nb == 1) {
+    const auto s = load(b[0]);
+    for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i % na]), s));
+  } else if (na == 1) {
+    const auto s = load(a[0]);
+    for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(s, load(b[i % nb])));
+  } else {
+    // One operand is a trailing row: walk rows so the inner loop has no modulo.
+    const int64_t cols = na < nb ? na : nb;
+    for (int64_t row = 0; row < n / cols; ++row) {
+      const int64_t base = row * cols;
+      const T* ra = na == n ? a + base : a;
+      const T* rb = nb == n ? b + base : b;
+      for (int64_t j = 0; j < cols; ++j) out[base + j] = store<T>(f(load(ra[j]), load(rb[j])));
+    }
+  }
+}
+
+}  // namespace
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  visit_dtype(out.dtype(), [&](auto t) {
+    using T = decltype(t);
+    auto run = [&](auto f) { binary_typed<T>(a.data<T>(), a.numel(), b.data<T>(), b.numel(), out.data<T>(), out.numel(), f); };
+    switch (op) {
+      case BinaryOp::kAdd: run([](auto x, auto y) { return x + y; }); break;
+      case BinaryOp::kSub: run([](auto x, auto y) { return x - y; }); break;
+      case BinaryOp::kMul: run([](auto x, auto y) { return x * y; }); break;
+    }
+  });
+}
+
+void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
+  visit_dtype(out.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using C = ComputeType<T>;
+    const T* s = src.data<T>();
+    T* o = out.data<T>();
+    const int64_t ns = src.numel(), n = out.numel();
+    const C a = static_cast<C>(alpha), b = static_cast<C>(beta);
+    if (ns == n) {
+      for (int64_t i = 0; i < n; ++i) o[i] = store<T>(a * load(s[i]) + b);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i] = store<T>(a * load(s[i % ns]) + b);
+    }
+  });
+}
+
+void relu(const Tensor& x, Tensor& y) {
+  visit_dtype(y.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    for (int64_t i = 0; i < y.numel(); ++i) out[i] = load(in[i]) > 0 ? in[i] : store<T>(0);
+  });
+}
+
+void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  visit_dtype(dx.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* in = x.data<T>();
+    const T* g = dy.data<T>();
+    T* out = dx.data<T>();
+    for (int64_t i = 0; i < dx.numel(); ++i) out[i] = load(in[i]) > 0 ? g[i] : store<T>(0);
+  });
+}
+
+}  // namespace ampgrad::kernels::cpu

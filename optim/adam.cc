@@ -1,0 +1,62 @@
+// Adam / AdamW update on FP32 master weights. Bias corrections in double, element math in float
+// (as PyTorch does for float32 parameters).
+#include "optim/adam.h"
+
+#include <cmath>
+
+#include "framework/error.h"
+
+namespace ampgrad::optim {
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, Decay::kL2) {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options, Decay decay)
+    : Optimizer(std::move(params)), options_(options), decay_(decay) {
+  const char* name = decay == Decay::kL2 ? "Adam" : "AdamW";
+  set_lr(options.lr);
+  AG_CHECK(options.beta1 >= 0 && options.beta1 < 1, name, ": beta1 must be in [0, 1), got ", options.beta1);
+  AG_CHECK(options.beta2 >= 0 && options.beta2 < 1, name, ": beta2 must be in [0, 1), got ", options.beta2);
+  AG_CHECK(options.eps >= 0 && std::isfinite(options.eps), name, ": eps must be finite and >= 0, got ", options.eps);
+  AG_CHECK(options.weight_decay >= 0 && std::isfinite(options.weight_decay), name,
+           ": weight_decay must be finite and >= 0, got ", options.weight_decay);
+  states_.resize(parameters().size());
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
+    : Adam(std::move(params), {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay},
+           Decay::kDecoupled) {}
+
+void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
+  AG_CHECK(master.device() == Device::kCPU, "Adam: the CUDA update is not built into this optimizer yet");
+  State& s = states_[index];
+  if (s.step == 0) {
+    s.exp_avg = zeros(master.shape(), DType::kFloat32, master.device());
+    s.exp_avg_sq = zeros(master.shape(), DType::kFloat32, master.device());
+  }
+  s.step += 1;
+  const double bias_correction1 = 1.0 - std::pow(options_.beta1, static_cast<double>(s.step));
+  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, static_cast<double>(s.step)));
+  const float step_size = static_cast<float>(lr_ / bias_correction1);
+  const float bc2_sqrt = static_cast<float>(bias_correction2_sqrt);
+  const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
+  const float eps = static_cast<float>(options_.eps), wd = static_cast<float>(options_.weight_decay);
+  const float decoupled = decay_ == Decay::kDecoupled ? static_cast<float>(1.0 - lr_ * options_.weight_decay) : 1.0f;
+  const float l2 = decay_ == Decay::kL2 ? wd : 0.0f;
+
+  const int64_t n = master.numel();
+  float* w = master.data<float>();
+  const float* g = grad.data<float>();
+  float* m = s.exp_avg.data<float>();
+  float* v = s.exp_avg_sq.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + l2 * w[i];
+    w[i] *= decoupled;
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+  }
+  s.exp_avg.bump_version();
+  s.exp_avg_sq.bump_version();
+}
+
+}  // namespace ampgrad::optim

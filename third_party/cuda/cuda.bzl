@@ -1,0 +1,94 @@
+# cuda_library and if_cuda: .cu files are compiled by nvcc when @local_cuda found a toolkit,
+# otherwise cuda_library is an empty cc_library (headers and deps only) and the build is CPU-only.
+# See cuda_configure.bzl for how the toolkit is found (CUDA_PATH=/nonexistent forces CPU-only).
+
+load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
+load("@local_cuda//:defs.bzl", "CUDA_FOUND", "CUDA_PATH")
+
+# GPU architectures to build for: machine code plus PTX for each. 90 = H100/H200 (Hopper).
+CUDA_ARCHS = ["90"]
+
+_NVCC_FLAGS = [
+    "-std=c++20",
+    "-O3",
+    "-Xcompiler",
+    "-fPIC",
+    "--expt-relaxed-constexpr",
+    "-diag-suppress=20012",  # Eigen's "__host__ function called from __host__ __device__" noise
+] + ["-gencode=arch=compute_%s,code=[sm_%s,compute_%s]" % (a, a, a) for a in CUDA_ARCHS]
+
+def _nvcc_objects_impl(ctx):
+    cc_toolchain = find_cpp_toolchain(ctx)
+    cc = cc_common.merge_cc_infos(cc_infos = [d[CcInfo] for d in ctx.attr.deps]).compilation_context
+    args = ["-ccbin", cc_toolchain.compiler_executable] + _NVCC_FLAGS
+    args += ["-I.", "-I" + ctx.bin_dir.path]
+    for inc in cc.quote_includes.to_list() + cc.includes.to_list():
+        args.append("-I" + inc)
+    for inc in cc.system_includes.to_list():
+        args += ["-isystem", inc]
+    args += ["-D" + d for d in cc.defines.to_list() + ctx.attr.defines]
+    args += ctx.attr.copts
+    inputs = depset(ctx.files.srcs + ctx.files.hdrs, transitive = [cc.headers, cc_toolchain.all_files])
+    objects = []
+    for src in ctx.files.srcs:
+        rel = src.short_path[len(ctx.label.package) + 1:] if ctx.label.package else src.short_path
+        obj = ctx.actions.declare_file("_nvcc/%s/%s.o" % (ctx.label.name, rel[:-len(".cu")]))
+        ctx.actions.run(
+            executable = CUDA_PATH + "/bin/nvcc",
+            arguments = args + ["-c", src.path, "-o", obj.path],
+            inputs = inputs,
+            outputs = [obj],
+            mnemonic = "NvccCompile",
+            progress_message = "Compiling CUDA %s" % src.short_path,
+            use_default_shell_env = True,  # nvcc and gcc need PATH (e.g. to find `as`)
+        )
+        objects.append(obj)
+    return [DefaultInfo(files = depset(objects))]
+
+_nvcc_objects = rule(
+    implementation = _nvcc_objects_impl,
+    attrs = {
+        "srcs": attr.label_list(allow_files = [".cu"]),
+        "hdrs": attr.label_list(allow_files = True),
+        "deps": attr.label_list(providers = [CcInfo]),
+        "copts": attr.string_list(),
+        "defines": attr.string_list(),
+        "_cc_toolchain": attr.label(default = "@bazel_tools//tools/cpp:current_cc_toolchain"),
+    },
+    fragments = ["cpp"],
+    toolchains = ["@bazel_tools//tools/cpp:toolchain_type"],
+)
+
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
+    """A cc_library whose .cu srcs are compiled by nvcc; `copts` are extra nvcc flags.
+
+    Other srcs (.cc, .h) go to the cc_library as they are. Dependants see AMPGRAD_WITH_CUDA=1.
+    Without CUDA: cc_library(name, hdrs, deps) only, so dependants build CPU-only.
+    """
+    if not CUDA_FOUND:
+        native.cc_library(name = name, hdrs = hdrs, deps = deps, **kwargs)
+        return
+    defines = ["AMPGRAD_WITH_CUDA=1"]
+    _nvcc_objects(
+        name = name + "_nvcc",
+        srcs = [s for s in srcs if s.endswith(".cu")],
+        hdrs = hdrs + [s for s in srcs if not s.endswith(".cu")],
+        deps = deps,
+        copts = copts,
+        defines = defines,
+        testonly = kwargs.get("testonly", False),
+        tags = kwargs.get("tags", []),
+    )
+    native.cc_library(
+        name = name,
+        srcs = [":" + name + "_nvcc"] + [s for s in srcs if not s.endswith(".cu")],
+        hdrs = hdrs,
+        deps = deps + ["@local_cuda//:cudart_static", "@local_cuda//:cublas"],
+        defines = defines,
+        linkstatic = True,
+        **kwargs
+    )
+
+def if_cuda(if_true, if_false = []):
+    """Returns if_true when the CUDA toolkit was found, else if_false."""
+    return if_true if CUDA_FOUND else if_false
