@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
     const ag::Tensor x = ag::randn({64, 10}).to(device);
     const ag::Tensor y = ag::randn({64, 1}).to(device);
     std::printf("device: %s\n", std::string(ag::device_name(device)).c_str());
-    std::printf("initial loss scale: %.1f\n", scaler.get_scale());
+    const double initial_scale = scaler.get_scale();
+    std::printf("initial loss scale: %.1f\n", initial_scale);
 
     opt.zero_grad();
     ag::Tensor loss;
@@ -52,7 +53,13 @@ int main(int argc, char** argv) {
       after = ag::ops::mse_loss(model(x), y);
     }
     std::printf("loss before step: %.6f (%s)\n", loss.item(), std::string(ag::dtype_name(loss.dtype())).c_str());
-    std::printf("step taken: %s\n", stepped ? "yes" : "no (inf/NaN gradients, step skipped)");
+    if (stepped) {
+      std::printf("step taken: yes\n");
+    } else {
+      // Dynamic scaling starts high on purpose: it finds the largest scale whose FP16 gradients fit.
+      std::printf("step taken: no: at scale %.0f an FP16 gradient overflowed, so the scaler skipped the\n"
+                  "  step (weights and Adam state untouched) and backed the scale off\n", initial_scale);
+    }
     std::printf("loss after step: %.6f\n", after.item());
     std::printf("updated loss scale: %.1f\n", scaler.get_scale());
   } catch (const ag::Error& e) {
