@@ -4,7 +4,9 @@
 #include <Eigen/Core>
 #include <vector>
 
+#include "framework/error.h"
 #include "ops/cpu/kernels_cpu.h"
+#include "ops/ops.h"
 
 namespace ampgrad::kernels::cpu {
 
@@ -68,3 +70,15 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
 }
 
 }  // namespace ampgrad::kernels::cpu
+
+namespace ampgrad {
+
+// Eigen parallelises its GEMM with OpenMP; these set and read its thread count.
+void set_num_threads(int num_threads) {
+  AG_CHECK(num_threads >= 1, "set_num_threads: need at least 1 thread, got ", num_threads);
+  Eigen::setNbThreads(num_threads);
+}
+
+int num_threads() { return Eigen::nbThreads(); }
+
+}  // namespace ampgrad
