@@ -25,6 +25,9 @@ void GradScaler::validate(const GradScalerOptions& o) {
   AG_CHECK(o.growth_interval >= 1, "GradScaler: growth_interval must be >= 1, got ", o.growth_interval);
   AG_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale && !std::isnan(o.max_scale),
            "GradScaler: need 0 <= min_scale <= max_scale, got min_scale ", o.min_scale, ", max_scale ", o.max_scale);
+  // The scale never leaves [min_scale, max_scale] (set_scale clamps), so it cannot start outside it either.
+  AG_CHECK(o.init_scale >= o.min_scale && o.init_scale <= o.max_scale, "GradScaler: init_scale ", o.init_scale,
+           " must lie in [min_scale, max_scale] = [", o.min_scale, ", ", o.max_scale, "]");
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
@@ -45,20 +48,23 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
                                         : "unscale_() called after step() on this optimizer",
            "; hint: call unscale_ at most once per iteration, before step()");
   const double inv_scale = 1.0 / scale_;  // in double: exact for power-of-two scales, best-rounded otherwise
-  bool found_inf = false;
-  const std::vector<Tensor>& params = opt.parameters();
-  for (const Tensor& p : params) {
+  // Collect every (gradient, FP32 destination) pair first, so the CUDA ones are unscaled and
+  // checked in one fused launch with one host sync (see unscale_and_check_all).
+  std::vector<Tensor> grads, outs;
+  for (const Tensor& p : opt.parameters()) {
     Tensor grad = p.grad();
     if (!grad.defined()) continue;
+    grads.push_back(grad);
     if (p.dtype() == DType::kFloat32) {
-      found_inf |= unscale_and_check(grad, inv_scale, grad);
+      outs.push_back(grad);
     } else {
       Tensor master = p.master();
       Tensor master_grad = Tensor::empty(grad.shape(), DType::kFloat32, grad.device());
-      found_inf |= unscale_and_check(grad, inv_scale, master_grad);
       master.set_grad(master_grad);
+      outs.push_back(master_grad);
     }
   }
+  const bool found_inf = unscale_and_check_all(grads, inv_scale, outs);
   it.stage = Stage::kUnscaled;
   it.found_inf = found_inf;
 }
@@ -138,6 +144,9 @@ void GradScaler::load_state(const GradScalerState& state) {
   validate(state.options);
   AG_CHECK(std::isfinite(state.scale) && state.scale > 0, "GradScaler::load_state: scale must be finite and > 0, got ",
            state.scale);
+  AG_CHECK(state.scale >= state.options.min_scale && state.scale <= state.options.max_scale,
+           "GradScaler::load_state: scale ", state.scale, " must lie in [min_scale, max_scale] = [",
+           state.options.min_scale, ", ", state.options.max_scale, "]");
   AG_CHECK(state.growth_tracker >= 0 && state.growth_tracker < state.options.growth_interval,
            "GradScaler::load_state: growth_tracker ", state.growth_tracker, " must be in [0, growth_interval = ",
            state.options.growth_interval, ")");

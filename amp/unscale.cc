@@ -1,17 +1,65 @@
-// CPU unscale + non-finite check in one pass.
+// Unscale + non-finite check in one pass: a loop on CPU, the fused multi-tensor kernel on CUDA.
 #include "amp/unscale.h"
 
 #include <cmath>
 
 #include "framework/error.h"
 
+#if defined(AMPGRAD_WITH_CUDA)
+#include "amp/cuda/unscale_cuda.h"
+#endif
+
 namespace ampgrad::amp {
+
+namespace {
+
+#if defined(AMPGRAD_WITH_CUDA)
+bool unscale_cuda(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs) {
+  Tensor found_inf = zeros({1}, DType::kFloat32, Device::kCUDA);
+  amp::cuda::unscale_and_check_multi(grads, inv_scale, outs, found_inf);
+  // The one host sync of a CUDA training step: GradScaler::step must return whether it stepped
+  // (a bool on the host), so the device flag is read back here, once per optimizer per iteration.
+  return found_inf.item() != 0.0f;
+}
+#endif
+
+}  // namespace
+
+bool unscale_and_check_all(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs) {
+  AG_CHECK(grads.size() == outs.size(), "unscale: ", grads.size(), " gradients but ", outs.size(), " outputs");
+  bool found_inf = false;
+  std::vector<Tensor> cuda_grads, cuda_outs;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (grads[k].device() == Device::kCUDA) {
+      cuda_grads.push_back(grads[k]);
+      cuda_outs.push_back(outs[k]);
+    } else {
+      found_inf |= unscale_and_check(grads[k], inv_scale, outs[k]);
+    }
+  }
+  if (!cuda_grads.empty()) {
+#if defined(AMPGRAD_WITH_CUDA)
+    found_inf |= unscale_cuda(cuda_grads, inv_scale, cuda_outs);
+#else
+    AG_FAIL("unscale: ", cuda_grads[0].to_string(), " is on CUDA but this build has no CUDA backend");
+#endif
+  }
+  return found_inf;
+}
 
 bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
   AG_CHECK(out.dtype() == DType::kFloat32 && out.numel() == grad.numel(), "unscale: output ", out.to_string(),
            " must be float32 with ", grad.numel(), " elements");
-  AG_CHECK(grad.device() == Device::kCPU && out.device() == Device::kCPU,
-           "unscale: the CUDA path is not built into this scaler yet (", grad.to_string(), ")");
+  AG_CHECK(grad.device() == out.device(), "unscale: gradient ", grad.to_string(), " and output ", out.to_string(),
+           " are on different devices");
+  if (grad.device() == Device::kCUDA) {
+#if defined(AMPGRAD_WITH_CUDA)
+    std::vector<Tensor> outs{out};
+    return unscale_cuda({grad}, inv_scale, outs);
+#else
+    AG_FAIL("unscale: ", grad.to_string(), " is on CUDA but this build has no CUDA backend");
+#endif
+  }
   bool found_inf = false;
   float* o = out.data<float>();
   visit_dtype(grad.dtype(), [&](auto t) {

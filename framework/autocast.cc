@@ -5,6 +5,7 @@
 
 #include "framework/autograd.h"
 #include "framework/error.h"
+#include "framework/tensor_impl.h"
 
 namespace ampgrad::autocast {
 
@@ -12,6 +13,10 @@ namespace {
 
 struct CacheEntry {
   Tensor source;     // keeps the leaf alive, so its address cannot be reused by another tensor
+  // The storage the copy was made from: set_data swaps a leaf's storage, and the new storage's
+  // version counter may equal the old one's, so the version alone cannot tell. Holding it also
+  // keeps its address from being reused.
+  std::shared_ptr<Storage> storage;
   uint64_t version;  // the source's storage version when the copy was made
   Tensor copy;
 };
@@ -35,12 +40,13 @@ Tensor cached_cast(const Tensor& t, DType dtype) {
   auto it = tls.cache.find(t.impl());
   if (it != tls.cache.end()) {
     const CacheEntry& entry = it->second;
-    const bool fresh = entry.version == t.version() && entry.copy.dtype() == dtype;
+    const bool fresh = entry.storage == t.impl()->storage && entry.version == t.version() &&
+                       entry.copy.dtype() == dtype;
     const bool has_history = entry.copy.grad_fn() != nullptr || !GradMode::is_enabled();
     if (fresh && has_history) return entry.copy;
   }
   Tensor copy = t.to(dtype);
-  tls.cache.insert_or_assign(t.impl(), CacheEntry{t, t.version(), copy});
+  tls.cache.insert_or_assign(t.impl(), CacheEntry{t, t.impl()->storage, t.version(), copy});
   return copy;
 }
 

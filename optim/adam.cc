@@ -6,6 +6,10 @@
 
 #include "framework/error.h"
 
+#if defined(AMPGRAD_WITH_CUDA)
+#include "optim/cuda/optim_cuda.h"
+#endif
+
 namespace ampgrad::optim {
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, Decay::kL2) {}
@@ -27,7 +31,10 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
            Decay::kDecoupled) {}
 
 void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
-  AG_CHECK(master.device() == Device::kCPU, "Adam: the CUDA update is not built into this optimizer yet");
+#if !defined(AMPGRAD_WITH_CUDA)
+  AG_CHECK(master.device() == Device::kCPU, "Adam: ", master.to_string(),
+           " is on CUDA but this build has no CUDA backend");
+#endif
   State& s = states_[index];
   if (s.step == 0) {
     s.exp_avg = zeros(master.shape(), DType::kFloat32, master.device());
@@ -39,11 +46,29 @@ void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
   const float step_size = static_cast<float>(lr_ / bias_correction1);
   const float bc2_sqrt = static_cast<float>(bias_correction2_sqrt);
   const float b1 = static_cast<float>(options_.beta1), b2 = static_cast<float>(options_.beta2);
+  // 1 - beta in double, then rounded (as PyTorch does): 1.0f - float(beta2) would be off by
+  // 1.3e-5 relative for beta2 = 0.999 (1.7e-4 for 0.9999), out of step with the bias correction.
+  const float one_minus_b1 = static_cast<float>(1.0 - options_.beta1);
+  const float one_minus_b2 = static_cast<float>(1.0 - options_.beta2);
   const float eps = static_cast<float>(options_.eps), wd = static_cast<float>(options_.weight_decay);
   const float decoupled = decay_ == Decay::kDecoupled ? static_cast<float>(1.0 - lr_ * options_.weight_decay) : 1.0f;
   const float l2 = decay_ == Decay::kL2 ? wd : 0.0f;
 
   const int64_t n = master.numel();
+#if defined(AMPGRAD_WITH_CUDA)
+  if (master.device() == Device::kCUDA) {
+    // One fused kernel: master, both moments and (for an FP16 parameter) its rounded copy.
+    Tensor copy = fused_param_copy(index);
+    const cuda::AdamScalars scalars{.step_size = step_size, .bc2_sqrt = bc2_sqrt, .beta1 = b1, .beta2 = b2,
+                                    .eps = eps, .l2 = l2, .decoupled = decoupled};
+    cuda::adam_update(master.data<float>(), grad.data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
+                      copy.defined() ? copy.data<Half>() : nullptr, n, scalars, /*found_inf=*/nullptr);
+    if (copy.defined()) mark_param_written();
+    s.exp_avg.bump_version();
+    s.exp_avg_sq.bump_version();
+    return;
+  }
+#endif
   float* w = master.data<float>();
   const float* g = grad.data<float>();
   float* m = s.exp_avg.data<float>();
@@ -51,8 +76,8 @@ void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] + l2 * w[i];
     w[i] *= decoupled;
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = b1 * m[i] + one_minus_b1 * gi;
+    v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
     w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
   }
   s.exp_avg.bump_version();

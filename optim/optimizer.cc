@@ -53,6 +53,11 @@ Tensor Optimizer::fp32_grad(size_t index) const {
   return p.grad().detach().to(DType::kFloat32);
 }
 
+Tensor Optimizer::fused_param_copy(size_t index) const {
+  const Tensor& p = params_.at(index);
+  return p.dtype() == DType::kFloat16 && p.device() == Device::kCUDA ? p : Tensor();
+}
+
 void Optimizer::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
@@ -62,9 +67,11 @@ void Optimizer::step() {
     if (!master.is_same(p) && p.version() != written_versions_[i]) {
       copy_(master, p);  // the parameter was changed outside the optimizer (e.g. loaded): resync
     }
+    param_written_ = false;
     update(i, master, grad);
-    if (master.is_same(p)) {
-      p.bump_version();
+    if (master.is_same(p) || param_written_) {
+      p.bump_version();  // updated in place, or the fused kernel already wrote the rounded copy
+      if (!master.is_same(p)) master.set_grad(Tensor());
     } else {
       copy_(p, master);  // round the FP32 master into the lower-precision parameter
       master.set_grad(Tensor());  // consumed: the next step derives it afresh

@@ -37,11 +37,17 @@ class Optimizer {
  protected:
   /// The update rule for parameter `index`: `master` (FP32) -= f(grad, state).
   virtual void update(size_t index, Tensor& master, const Tensor& grad) = 0;
+  /// For update(): the lower-precision parameter `index` when a fused kernel should write its
+  /// rounded copy in the same pass (else undefined), and the call that says it was written, so
+  /// step() skips its own copy. Used by the CUDA SGD/Adam kernels.
+  Tensor fused_param_copy(size_t index) const;
+  void mark_param_written() { param_written_ = true; }
   double lr_ = 0.0;
 
  private:
   std::vector<Tensor> params_;
   std::vector<uint64_t> written_versions_;  // parameter version after our last write-back
+  bool param_written_ = false;               // set by update() through mark_param_written()
 };
 
 }  // namespace ampgrad::optim

@@ -5,6 +5,10 @@
 
 #include "framework/error.h"
 
+#if defined(AMPGRAD_WITH_CUDA)
+#include "optim/cuda/optim_cuda.h"
+#endif
+
 namespace ampgrad::optim {
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(params)), options_(options) {
@@ -20,13 +24,20 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(p
 }
 
 void SGD::update(size_t index, Tensor& master, const Tensor& grad) {
-  AG_CHECK(master.device() == Device::kCPU, "SGD: the CUDA update is not built into this optimizer yet");
+  if (master.device() == Device::kCUDA) {
+#if defined(AMPGRAD_WITH_CUDA)
+    update_cuda(index, master, grad);
+    return;
+#else
+    AG_FAIL("SGD: ", master.to_string(), " is on CUDA but this build has no CUDA backend");
+#endif
+  }
   const int64_t n = master.numel();
   float* w = master.data<float>();
   const float* g = grad.data<float>();
   const float lr = static_cast<float>(lr_), wd = static_cast<float>(options_.weight_decay);
   const float momentum = static_cast<float>(options_.momentum);
-  const float dampening = static_cast<float>(options_.dampening);
+  const float one_minus_dampening = static_cast<float>(1.0 - options_.dampening);  // in double, as PyTorch
   if (momentum == 0.0f) {
     for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
     return;
@@ -37,9 +48,30 @@ void SGD::update(size_t index, Tensor& master, const Tensor& grad) {
   float* buf = buffer.data<float>();
   for (int64_t i = 0; i < n; ++i) {
     const float d = g[i] + wd * w[i];
-    buf[i] = first ? d : momentum * buf[i] + (1.0f - dampening) * d;
+    buf[i] = first ? d : momentum * buf[i] + one_minus_dampening * d;
     w[i] -= lr * (options_.nesterov ? d + momentum * buf[i] : buf[i]);
   }
 }
+
+#if defined(AMPGRAD_WITH_CUDA)
+void SGD::update_cuda(size_t index, Tensor& master, const Tensor& grad) {
+  // One fused kernel: master, momentum buffer and (for an FP16 parameter) its rounded copy.
+  const bool with_momentum = options_.momentum != 0.0;
+  Tensor& buffer = buffers_[index];
+  const bool first = with_momentum && !buffer.defined();
+  if (first) buffer = Tensor::empty(master.shape(), DType::kFloat32, master.device());
+  Tensor copy = fused_param_copy(index);
+  const cuda::SgdScalars s{.lr = static_cast<float>(lr_),
+                           .weight_decay = static_cast<float>(options_.weight_decay),
+                           .momentum = static_cast<float>(options_.momentum),
+                           .dampening = static_cast<float>(options_.dampening)};
+  cuda::sgd_update(master.data<float>(), grad.data<float>(), with_momentum ? buffer.data<float>() : nullptr,
+                   copy.defined() ? copy.data<Half>() : nullptr, master.numel(), s,
+                   options_.nesterov ? cuda::Nesterov::kYes : cuda::Nesterov::kNo,
+                   first ? cuda::FirstStep::kYes : cuda::FirstStep::kNo, /*found_inf=*/nullptr);
+  if (with_momentum) buffer.bump_version();
+  if (copy.defined()) mark_param_written();
+}
+#endif
 
 }  // namespace ampgrad::optim

@@ -24,6 +24,7 @@ class SGD : public Optimizer {
 
  protected:
   void update(size_t index, Tensor& master, const Tensor& grad) override;
+  void update_cuda(size_t index, Tensor& master, const Tensor& grad);  // fused kernel (optim/cuda)
 
  private:
   SGDOptions options_;

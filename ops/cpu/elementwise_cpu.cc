@@ -8,6 +8,8 @@ namespace {
 
 template <typename T, typename F>
 void binary_typed(const T* a, int64_t na, const T* b, int64_t nb, T* out, int64_t n, F f) {
+  // Nothing to compute. (Without this, [0, C] + [C] reached the row path with cols = 0 and divided by it.)
+  if (n == 0) return;
   if (na == n && nb == n) {
     for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i]), load(b[i])));
   } else if (nb == 1) {

@@ -10,7 +10,10 @@ void sum_to(const Tensor& x, double alpha, Tensor& out) {
     using T = decltype(t);
     using C = ComputeType<T>;
     const T* in = x.data<T>();
-    const int64_t cols = out.numel(), rows = x.numel() / cols;
+    const int64_t cols = out.numel();
+    // Nothing to write. (Without this, rows = 0 / 0 raised SIGFPE: e.g. db of a linear with 0 outputs.)
+    if (cols == 0) return;
+    const int64_t rows = x.numel() / cols;
     if (cols == 1) {
       // Pairwise over 8 lanes keeps the float error ~ log(n) eps instead of n eps.
       C lanes[8] = {};

@@ -1,0 +1,91 @@
+// One launch unscales and checks all of an optimizer's gradients. The host cuts every tensor into
+// chunks of kChunk elements and uploads a table of {grad, out, n, dtype}; block b handles chunk b.
+#include "amp/cuda/unscale_cuda.h"
+
+#include <cmath>
+
+#include "framework/allocator.h"
+#include "framework/cuda/cuda_allocator.h"
+#include "framework/cuda/cuda_check.h"
+#include "framework/cuda/cuda_device.h"
+#include "framework/error.h"
+
+namespace ampgrad::amp::cuda {
+
+namespace {
+
+using ::ampgrad::cuda::dload;
+using ::ampgrad::cuda::kThreads;
+
+inline constexpr int64_t kChunk = 16384;
+
+/// One block's work: n elements of grad (of dtype) starting at the chunk, unscaled into out.
+struct Chunk {
+  const void* grad;
+  float* out;
+  int64_t n;
+  DType dtype;
+};
+
+template <typename T>
+__device__ bool unscale_span(const T* g, float* out, int64_t n, double inv_scale) {
+  bool bad = false;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = static_cast<float>(static_cast<double>(dload(g[i])) * inv_scale);
+    bad |= !isfinite(v);
+    out[i] = v;
+  }
+  return bad;
+}
+
+// chunks is (gridDim.x); found_inf is (1): set to 1 when any unscaled value is inf/NaN.
+__global__ void unscale_chunks_kernel(const Chunk* chunks, double inv_scale, float* found_inf) {
+  const Chunk c = chunks[blockIdx.x];
+  bool bad = false;
+  switch (c.dtype) {
+    case DType::kFloat32: bad = unscale_span(static_cast<const float*>(c.grad), c.out, c.n, inv_scale); break;
+    case DType::kFloat16: bad = unscale_span(static_cast<const __half*>(c.grad), c.out, c.n, inv_scale); break;
+    case DType::kFloat64: bad = unscale_span(static_cast<const double*>(c.grad), c.out, c.n, inv_scale); break;
+  }
+  if (bad) *found_inf = 1.0f;  // benign race: every writer stores the same value
+}
+
+}  // namespace
+
+void unscale_and_check_multi(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs,
+                             Tensor& found_inf) {
+  AG_CHECK(grads.size() == outs.size(), "unscale (CUDA): ", grads.size(), " gradients but ", outs.size(), " outputs");
+  AG_CHECK(found_inf.device() == Device::kCUDA && found_inf.dtype() == DType::kFloat32 && found_inf.numel() == 1,
+           "unscale (CUDA): found_inf must be one float32 element on CUDA, got ", found_inf.to_string());
+  std::vector<Chunk> chunks;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    const Tensor& g = grads[k];
+    Tensor& o = outs[k];
+    AG_CHECK(g.device() == Device::kCUDA && o.device() == Device::kCUDA && o.dtype() == DType::kFloat32 &&
+                 o.numel() == g.numel(),
+             "unscale (CUDA): cannot unscale ", g.to_string(), " into ", o.to_string());
+    const size_t elem = element_size(g.dtype());
+    for (int64_t start = 0; start < g.numel(); start += kChunk) {
+      chunks.push_back({.grad = static_cast<const char*>(g.data_ptr()) + start * static_cast<int64_t>(elem),
+                        .out = o.data<float>() + start,
+                        .n = std::min(kChunk, g.numel() - start),
+                        .dtype = g.dtype()});
+    }
+  }
+  if (!chunks.empty()) {
+    // The chunk table travels with the launch's stream order: upload, launch, release the block.
+    Allocator& alloc = ::ampgrad::cuda::caching_allocator();
+    const size_t nbytes = chunks.size() * sizeof(Chunk);
+    Chunk* table = static_cast<Chunk*>(alloc.allocate(nbytes));
+    AG_CUDA_CHECK(cudaMemcpy(table, chunks.data(), nbytes, cudaMemcpyHostToDevice));
+    // A grid dimension holds up to 2^31 - 1 blocks; kChunk keeps that far beyond any model here.
+    unscale_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads>>>(table, inv_scale,
+                                                                                  found_inf.data<float>());
+    AG_CUDA_CHECK_LAUNCH();
+    alloc.deallocate(table, nbytes);
+  }
+  for (Tensor& o : outs) o.bump_version();
+  found_inf.bump_version();
+}
+
+}  // namespace ampgrad::amp::cuda

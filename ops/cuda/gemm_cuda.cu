@@ -1,0 +1,103 @@
+// GEMM through cuBLAS. float16: cublasGemmEx with FP16 inputs/outputs and FP32 compute
+// (CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation, one rounding to half). float32: SGEMM,
+// TF32 only when allowed. float64: DGEMM. A bias is fused by pre-filling C and using beta = 1.
+#include <atomic>
+#include <vector>
+
+#include "framework/cuda/cuda_check.h"
+#include "framework/cuda/cuda_device.h"
+#include "ops/cuda/cublas_check.h"
+#include "ops/cuda/kernels_cuda.h"
+
+namespace ampgrad::kernels::cuda {
+
+namespace {
+
+using ::ampgrad::cuda::blocks_for;
+using ::ampgrad::cuda::DeviceType;
+using ::ampgrad::cuda::kThreads;
+
+std::atomic<bool> g_allow_tf32{false};
+
+// out is (m, n) row-major, bias is (n): out[r, j] = bias[j]; the GEMM then adds into it (beta = 1).
+template <typename T>
+__global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t n, int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = bias[i % n];
+  }
+}
+
+cublasOperation_t op_of(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+
+cublasHandle_t cublas_handle() {
+  // One handle per (thread, device): handles are not thread-safe to share. They are deliberately
+  // never destroyed: destroying at thread/process exit can run after the CUDA context is gone.
+  thread_local std::vector<cublasHandle_t> handles;
+  int device = 0;
+  AG_CUDA_CHECK(cudaGetDevice(&device));
+  if (handles.size() <= static_cast<size_t>(device)) handles.resize(static_cast<size_t>(device) + 1, nullptr);
+  if (handles[device] == nullptr) {
+    AG_CUBLAS_CHECK(cublasCreate(&handles[device]));
+    AG_CUBLAS_CHECK(cublasSetStream(handles[device], cudaStreamLegacy));
+  }
+  return handles[device];
+}
+
+void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b, const Tensor& bias, Tensor& out) {
+  const int64_t m = out.size(0), n = out.size(1);
+  const int64_t k = trans_a == Transpose::kYes ? a.size(0) : a.size(1);
+  if (m == 0 || n == 0) return;
+  const bool has_bias = bias.defined();
+  const DType dtype = out.dtype();
+  if (has_bias) {
+    visit_dtype(dtype, [&](auto t) {
+      using T = DeviceType<decltype(t)>;
+      broadcast_rows_kernel<T><<<blocks_for(m * n), kThreads>>>(static_cast<T*>(out.data_ptr()),
+                                                                 static_cast<const T*>(bias.data_ptr()), n, m * n);
+      AG_CUDA_CHECK_LAUNCH();
+    });
+  }
+  if (k == 0) {  // empty product: out = bias (already there) or 0; cuBLAS is not asked about k = 0
+    const size_t nbytes = static_cast<size_t>(out.numel()) * element_size(dtype);
+    if (!has_bias) AG_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, nbytes, cudaStreamLegacy));
+    return;
+  }
+  // Row-major trick: a row-major X[r, c] is the column-major X^T with leading dimension c, so
+  // the row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: swap the
+  // operands, keep each one's transpose flag, and use (m', n') = (n, m); ld = row length.
+  cublasHandle_t handle = cublas_handle();
+  const cublasOperation_t op_first = op_of(trans_b), op_second = op_of(trans_a);
+  const int cm = static_cast<int>(n), cn = static_cast<int>(m), ck = static_cast<int>(k);
+  const int ld_first = static_cast<int>(b.size(1)), ld_second = static_cast<int>(a.size(1)), ldc = static_cast<int>(n);
+  switch (dtype) {
+    case DType::kFloat16: {
+      const float alpha = 1.0f, beta = has_bias ? 1.0f : 0.0f;  // FP32 scalars for CUBLAS_COMPUTE_32F
+      AG_CUBLAS_CHECK(cublasGemmEx(handle, op_first, op_second, cm, cn, ck, &alpha, b.data_ptr(), CUDA_R_16F,
+                                   ld_first, a.data_ptr(), CUDA_R_16F, ld_second, &beta, out.data_ptr(), CUDA_R_16F,
+                                   ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      break;
+    }
+    case DType::kFloat32: {
+      const float alpha = 1.0f, beta = has_bias ? 1.0f : 0.0f;
+      // The math mode is per handle: set it on every call so set_allow_tf32 takes effect at once.
+      // CUBLAS_DEFAULT_MATH never uses TF32 for FP32 data; FP16 GemmEx uses tensor cores either way.
+      AG_CUBLAS_CHECK(cublasSetMathMode(handle, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+      AG_CUBLAS_CHECK(cublasSgemm(handle, op_first, op_second, cm, cn, ck, &alpha, b.data<float>(), ld_first,
+                                  a.data<float>(), ld_second, &beta, out.data<float>(), ldc));
+      break;
+    }
+    case DType::kFloat64: {
+      const double alpha = 1.0, beta = has_bias ? 1.0 : 0.0;
+      AG_CUBLAS_CHECK(cublasDgemm(handle, op_first, op_second, cm, cn, ck, &alpha, b.data<double>(), ld_first,
+                                  a.data<double>(), ld_second, &beta, out.data<double>(), ldc));
+      break;
+    }
+  }
+}
+
+}  // namespace ampgrad::kernels::cuda
