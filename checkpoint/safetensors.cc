@@ -1,0 +1,204 @@
+// safetensors writer (atomic) and validating reader.
+#include "checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "framework/copy.h"
+#include "framework/error.h"
+
+namespace ampgrad::checkpoint {
+
+namespace {
+
+using nlohmann::json;
+
+std::string safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "F32";
+    case DType::kFloat16: return "F16";
+    case DType::kFloat64: return "F64";
+  }
+  return "?";
+}
+
+bool parse_dtype(const std::string& name, DType& dtype) {
+  if (name == "F32") dtype = DType::kFloat32;
+  else if (name == "F16") dtype = DType::kFloat16;
+  else if (name == "F64") dtype = DType::kFloat64;
+  else return false;
+  return true;
+}
+
+std::string folder_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Writes all of `bytes` or throws (write() may write less than asked, e.g. near a full disk).
+void write_all(int fd, const char* bytes, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t written = ::write(fd, bytes, n);
+    if (written < 0 && errno == EINTR) continue;
+    AG_CHECK(written > 0, "save_safetensors: writing ", path, " failed: ",
+             written < 0 ? std::strerror(errno) : "no progress", " (the previous file, if any, is intact)");
+    bytes += written;
+    n -= static_cast<size_t>(written);
+  }
+}
+
+std::string little_endian_u64(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out;
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const NamedTensors& contents) {
+  static_assert(std::endian::native == std::endian::little, "safetensors stores little-endian bytes");
+  json header = json::object();
+  uint64_t offset = 0;
+  std::vector<Tensor> host;  // CPU copies, in order
+  for (const auto& [name, tensor] : contents.tensors) {
+    AG_CHECK(tensor.defined(), "save_safetensors(", path, "): tensor '", name, "' is undefined");
+    AG_CHECK(name != "__metadata__" && !header.contains(name), "save_safetensors(", path, "): tensor name '", name,
+             "' is reserved or used twice");
+    Tensor cpu = tensor.detach().to(Device::kCPU);
+    const uint64_t nbytes = static_cast<uint64_t>(cpu.numel()) * element_size(cpu.dtype());
+    header[name] = {{"dtype", safetensors_dtype(cpu.dtype())},
+                    {"shape", cpu.shape()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+    host.push_back(cpu);
+  }
+  if (!contents.metadata.empty()) header["__metadata__"] = contents.metadata;
+  std::string header_text = header.dump();
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
+
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  AG_CHECK(fd >= 0, "save_safetensors: cannot create a temporary file next to ", path, ": ", std::strerror(errno),
+           "; hint: check that the folder exists and is writable");
+  try {
+    const std::string length = little_endian_u64(header_text.size());
+    write_all(fd, length.data(), length.size(), path);
+    write_all(fd, header_text.data(), header_text.size(), path);
+    for (const Tensor& t : host) {
+      write_all(fd, static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * element_size(t.dtype()),
+                path);
+    }
+    AG_CHECK(::fsync(fd) == 0, "save_safetensors: fsync of ", path, " failed: ", std::strerror(errno));
+    AG_CHECK(::close(fd) == 0, "save_safetensors: closing ", path, " failed: ", std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    AG_FAIL("save_safetensors: renaming the finished file onto ", path, " failed: ", std::strerror(err));
+  }
+  // Make the rename itself durable.
+  const int dir = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+NamedTensors parse_safetensors(const std::string& bytes, const std::string& source) {
+  const auto fail = [&](const std::string& problem) { AG_FAIL("load_safetensors(", source, "): ", problem); };
+  if (bytes.size() < 8) fail("file is truncated: " + std::to_string(bytes.size()) + " bytes, less than the 8-byte header length");
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
+  if (header_size > kMaxHeaderBytes) fail("header length " + std::to_string(header_size) + " exceeds the limit of " + std::to_string(kMaxHeaderBytes) + " bytes");
+  if (header_size > bytes.size() - 8) fail("file is truncated: header says " + std::to_string(header_size) + " bytes but only " + std::to_string(bytes.size() - 8) + " follow");
+
+  json header;
+  try {
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_size));
+  } catch (const json::exception& e) {
+    fail(std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail("header is not a JSON object");
+
+  const uint64_t data_size = bytes.size() - 8 - header_size;
+  const char* data = bytes.data() + 8 + header_size;
+  NamedTensors out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) fail("__metadata__ is not an object");
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) fail("__metadata__ value of '" + key + "' is not a string");
+        out.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "': ";
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+      fail(where + "needs dtype, shape and data_offsets");
+    }
+    const json& dtype_json = entry["dtype"];
+    DType dtype;
+    if (!dtype_json.is_string() || !parse_dtype(dtype_json.get<std::string>(), dtype)) {
+      fail(where + "unsupported dtype " + dtype_json.dump() + " (ampgrad reads F32, F16 and F64)");
+    }
+    const json& shape_json = entry["shape"];
+    if (!shape_json.is_array() || shape_json.size() > 8) fail(where + "shape must be an array of at most 8 dimensions");
+    Shape shape;
+    uint64_t numel = 1;
+    for (const json& d : shape_json) {
+      if (!d.is_number_unsigned()) fail(where + "shape has a non-integer or negative dimension " + d.dump());
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > data_size / dim) fail(where + "shape " + shape_json.dump() + " needs more bytes than the file holds");
+      numel *= dim;
+      shape.push_back(static_cast<int64_t>(dim));
+    }
+    const json& offsets = entry["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+      fail(where + "data_offsets must be two unsigned integers");
+    }
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+    if (begin > end || end > data_size) fail(where + "data_offsets " + offsets.dump() + " fall outside the " + std::to_string(data_size) + "-byte data section");
+    if (end - begin != numel * element_size(dtype)) fail(where + "data_offsets " + offsets.dump() + " hold " + std::to_string(end - begin) + " bytes but shape " + shape_json.dump() + " of " + dtype_json.get<std::string>() + " needs " + std::to_string(numel * element_size(dtype)));
+    Tensor t = Tensor::empty(shape, dtype);
+    std::memcpy(t.data_ptr(), data + begin, end - begin);
+    out.tensors.emplace_back(name, t);
+    ranges.emplace_back(begin, end);
+  }
+  // The data section must be covered exactly once (no overlaps, no gaps), as the format requires.
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t covered = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin != covered) fail("tensor data overlaps or leaves a gap at byte " + std::to_string(std::min(begin, covered)));
+    covered = end;
+  }
+  if (covered != data_size) fail("the data section has " + std::to_string(data_size - covered) + " bytes no tensor uses");
+  return out;
+}
+
+NamedTensors load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  AG_CHECK(in.is_open(), "load_safetensors(", path, "): cannot open the file: ", std::strerror(errno));
+  const std::streamsize size = in.tellg();
+  AG_CHECK(size >= 0, "load_safetensors(", path, "): cannot read the file size");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  AG_CHECK(in.read(bytes.data(), size), "load_safetensors(", path, "): reading ", size, " bytes failed");
+  return parse_safetensors(bytes, path);
+}
+
+}  // namespace ampgrad::checkpoint

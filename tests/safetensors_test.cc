@@ -1,0 +1,185 @@
+// safetensors I/O: round trips, the exact byte layout, atomic replacement when a save fails
+// part-way, and clear errors for every kind of bad file.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "ampgrad.h"
+
+namespace ag = ampgrad;
+namespace ck = ampgrad::checkpoint;
+namespace fs = std::filesystem;
+
+namespace {
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("safetensors_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  static std::string read_bytes(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static void write_bytes(const std::string& p, const std::string& bytes) {
+    std::ofstream(p, std::ios::binary) << bytes;
+  }
+  // A file made of an 8-byte length, `header` and `data`.
+  static std::string file_with_header(const std::string& header, const std::string& data) {
+    std::string out(8, '\0');
+    uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+    return out + header + data;
+  }
+
+  // Loading `bytes` throws an Error whose message contains `expected` and the file's name.
+  void expect_load_error(const std::string& bytes, const std::string& expected) {
+    const std::string p = path("bad.safetensors");
+    write_bytes(p, bytes);
+    try {
+      ck::load_safetensors(p);
+      ADD_FAILURE() << "no error for a file expected to fail with: " << expected;
+    } catch (const ag::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("bad.safetensors"), std::string::npos) << e.what();
+    }
+  }
+
+  fs::path dir_;
+};
+
+ck::NamedTensors sample() {
+  ag::manual_seed(3);
+  ck::NamedTensors c;
+  c.tensors.emplace_back("a.weight", ag::randn({3, 4}));
+  c.tensors.emplace_back("b.half", ag::randn({5}, ag::DType::kFloat16));
+  c.tensors.emplace_back("c.double", ag::randn({2, 1, 2}, ag::DType::kFloat64));
+  c.tensors.emplace_back("scalar", ag::full({}, 7.5));
+  c.metadata["format"] = "pt";
+  c.metadata["note"] = "hello";
+  return c;
+}
+
+TEST_F(SafetensorsTest, RoundTripKeepsNamesDtypesShapesValuesAndMetadata) {
+  const ck::NamedTensors saved = sample();
+  ck::save_safetensors(path("m.safetensors"), saved);
+  const ck::NamedTensors loaded = ck::load_safetensors(path("m.safetensors"));
+  ASSERT_EQ(loaded.tensors.size(), saved.tensors.size());
+  EXPECT_EQ(loaded.metadata, saved.metadata);
+  for (const auto& [name, t] : saved.tensors) {
+    auto it = std::find_if(loaded.tensors.begin(), loaded.tensors.end(), [&](const auto& e) { return e.first == name; });
+    ASSERT_NE(it, loaded.tensors.end()) << name;
+    EXPECT_EQ(it->second.dtype(), t.dtype());
+    EXPECT_EQ(it->second.shape(), t.shape());
+    EXPECT_EQ(it->second.to_double_vector(), t.to_double_vector()) << name;
+  }
+}
+
+TEST_F(SafetensorsTest, ByteLayoutFollowsTheFormat) {
+  ck::NamedTensors c;
+  c.tensors.emplace_back("x", ag::Tensor::from_vector(std::vector<float>{1.0f, -2.0f}, {2}));
+  ck::save_safetensors(path("x.safetensors"), c);
+  const std::string bytes = read_bytes(path("x.safetensors"));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  EXPECT_EQ((8 + n) % 8, 0u);  // data starts 8-byte aligned
+  const std::string header = bytes.substr(8, n);
+  EXPECT_NE(header.find(R"("x":{"data_offsets":[0,8],"dtype":"F32","shape":[2]})"), std::string::npos) << header;
+  ASSERT_EQ(bytes.size(), 8 + n + 8);
+  float values[2];
+  std::memcpy(values, bytes.data() + 8 + n, 8);
+  EXPECT_EQ(values[0], 1.0f);
+  EXPECT_EQ(values[1], -2.0f);
+}
+
+TEST_F(SafetensorsTest, FailedSaveLeavesThePreviousFileIntact) {
+  const std::string p = path("ckpt.safetensors");
+  ck::save_safetensors(p, sample());
+  const std::string before = read_bytes(p);
+
+  // A full disk mid-write: a child process whose file size limit is below the checkpoint's size.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of killing us
+    rlimit limit{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    ck::NamedTensors big;
+    big.tensors.emplace_back("w", ag::zeros({4096}));  // 16 KiB > 4 KiB
+    try {
+      ck::save_safetensors(p, big);
+    } catch (const ag::Error&) {
+      ::_exit(0);  // the expected failure
+    }
+    ::_exit(1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the short write was not reported as an Error";
+  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_NO_THROW(ck::load_safetensors(p));
+
+  // A crash mid-write: a child killed while it saves a large checkpoint over and over.
+  const pid_t writer = ::fork();
+  if (writer == 0) {
+    ck::NamedTensors big;
+    big.tensors.emplace_back("w", ag::zeros({1 << 22}));  // 16 MiB
+    for (;;) ck::save_safetensors(p, big);
+  }
+  ::usleep(150 * 1000);
+  ::kill(writer, SIGKILL);
+  ::waitpid(writer, &status, 0);
+  // Either the old file or a complete new one: never a torn file.
+  const ck::NamedTensors after = ck::load_safetensors(p);
+  EXPECT_FALSE(after.tensors.empty());
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    if (entry.path().string().find(".tmp.") != std::string::npos) fs::remove(entry.path());  // what a crash leaves
+  }
+}
+
+TEST_F(SafetensorsTest, BadFilesGiveClearErrors) {
+  const std::string tensor = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string data(8, '\0');
+  ASSERT_NO_THROW(ck::parse_safetensors(file_with_header(tensor, data), "ok"));
+
+  expect_load_error("", "truncated");
+  expect_load_error(std::string("\x10\0\0\0", 4), "truncated");
+  expect_load_error(file_with_header(tensor, data).substr(0, 20), "truncated");
+  expect_load_error(file_with_header(tensor, data.substr(0, 4)), "outside");
+  expect_load_error(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "exceeds the limit");
+  expect_load_error(file_with_header("{not json", ""), "not valid JSON");
+  expect_load_error(file_with_header("[1,2]", ""), "not a JSON object");
+  expect_load_error(file_with_header(R"({"t":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", std::string(4, '\0')),
+                    "unsupported dtype");
+  expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data), "needs 12");
+  expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data),
+                    "negative");
+  expect_load_error(
+      file_with_header(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", data),
+      "more bytes than the file holds");
+  expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[2]}})", data), "data_offsets");
+  expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", data), "no tensor uses");
+  expect_load_error(file_with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                     R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                     data),
+                    "overlaps");
+  expect_load_error(file_with_header(R"({"__metadata__":{"k":1}})", ""), "not a string");
+  try {
+    ck::load_safetensors(path("missing.safetensors"));
+    ADD_FAILURE() << "no error for a missing file";
+  } catch (const ag::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
