@@ -19,10 +19,16 @@ Storage::Storage(size_t nbytes_in, Device device_in)
 Storage::~Storage() { allocator_for(device).deallocate(data, nbytes); }
 
 int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     AG_CHECK(d >= 0, "shape ", shape_to_string(shape), " has a negative dimension");
-    AG_CHECK(d == 0 || n <= std::numeric_limits<int64_t>::max() / 8 / d, "shape ", shape_to_string(shape),
+    empty = empty || d == 0;
+  }
+  if (empty) return 0;  // whatever the other dimensions are
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    // Bound by 2^63 / 8 so that the byte count of any dtype fits in an int64 as well.
+    AG_CHECK(n <= std::numeric_limits<int64_t>::max() / 8 / d, "shape ", shape_to_string(shape),
              " has too many elements to address");
     n *= d;
   }

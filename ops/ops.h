@@ -26,7 +26,8 @@ Tensor mean(const Tensor& x);
 /// mean((pred - target)^2) over all elements, 0-dim; shapes must be equal. Autocast: float32.
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
 
-/// alpha * x, with alpha kept in double until the single rounding (what x * 2.0f calls).
+/// alpha * x, computed in the compute type (float, double for float64) and rounded once to x's
+/// dtype (what x * 2.0f calls).
 Tensor scale(const Tensor& x, double alpha);
 
 /// x in `dtype` (differentiable; same as x.to(dtype)).
@@ -42,7 +43,8 @@ int num_threads();
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
-/// Scalar forms: the scalar becomes a one-element tensor of the tensor's dtype.
+/// Scalar forms: the scalar is not rounded to the tensor's dtype first; x * s is computed in the
+/// compute type (float, double for float64) and rounded once, as PyTorch does.
 Tensor operator+(const Tensor& a, float s);
 Tensor operator-(const Tensor& a, float s);
 Tensor operator*(const Tensor& a, float s);

@@ -1,0 +1,197 @@
+// The tape: gradient accumulation, retained and consumed graphs, misuse errors, NoGradGuard,
+// in-place modification of saved tensors, diamonds, gradient dtypes, and steady memory in a loop.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ampgrad.h"
+#include "test_util.h"
+
+namespace ag = ampgrad;
+using ag::DType;
+using ag::RetainGraph;
+using ag::Tensor;
+using ag::test::throws_error;
+
+namespace {
+
+Tensor leaf(const std::vector<float>& values, DType dtype = DType::kFloat32) {
+  Tensor t = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, dtype);
+  t.set_requires_grad(true);
+  return t;
+}
+
+TEST(Autograd, GradientsAccumulateAcrossBackwards) {
+  Tensor x = leaf({1, -2, 3});
+  ag::ops::sum(x * x).backward();  // d/dx = 2x
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{2, -4, 6}));
+  const Tensor first_grad = x.grad();
+  ag::ops::sum(x * 3.0f).backward();  // += 3
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{5, -1, 9}));
+  EXPECT_TRUE(x.grad().is_same(first_grad));  // accumulated in place, as PyTorch's +=
+}
+
+TEST(Autograd, RetainedGraphCanBackpropagateAgain) {
+  Tensor x = leaf({1, 2});
+  const Tensor loss = ag::ops::sum(x * x * x);  // d/dx = 3x^2
+  loss.backward(Tensor(), RetainGraph::kYes);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{3, 12}));
+  loss.backward(Tensor(), RetainGraph::kYes);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{6, 24}));
+  loss.backward();  // the last one may free the graph
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{9, 36}));
+}
+
+TEST(Autograd, ConsumedGraphThrowsOnSecondBackward) {
+  Tensor x = leaf({1, 2});
+  const Tensor loss = ag::ops::sum(x * x);
+  loss.backward();
+  EXPECT_TRUE(throws_error([&] { loss.backward(); }, {"mul", "already consumed", "RetainGraph::kYes"}));
+}
+
+TEST(Autograd, MisuseOfBackwardThrows) {
+  Tensor x = leaf({1, 2, 3});
+  const Tensor y = x * 2.0f;
+  EXPECT_TRUE(throws_error([&] { y.backward(); }, {"one-element", "[3]"}));
+  EXPECT_TRUE(throws_error([&] { y.backward(ag::ones({2})); }, {"[2]", "[3]"}));
+  const Tensor plain = ag::ones({1});
+  EXPECT_TRUE(throws_error([&] { plain.backward(); }, {"does not require grad"}));
+  EXPECT_TRUE(throws_error([&] { (ag::ones({2}) * ag::ones({2})).backward(ag::ones({2})); }, {"does not require grad"}));
+}
+
+TEST(Autograd, BackwardWithExplicitGradForNonScalars) {
+  Tensor x = leaf({1, 2, 3});
+  const Tensor y = x * 2.0f;
+  y.backward(Tensor::from_vector(std::vector<float>{1, 10, 100}, {3}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{2, 20, 200}));
+  // A gradient of another dtype is converted to the output's.
+  Tensor z = leaf({1, 2});
+  (z * z).backward(Tensor::from_vector(std::vector<double>{1, 1}, {2}));
+  EXPECT_EQ(z.grad().dtype(), DType::kFloat32);
+  EXPECT_EQ(z.grad().to_vector(), (std::vector<float>{2, 4}));
+  // backward on a leaf itself accumulates the seed.
+  Tensor w = leaf({5});
+  w.backward();
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<float>{1}));
+}
+
+TEST(Autograd, NoGradGuardRecordsNothing) {
+  Tensor x = leaf({1, 2});
+  {
+    ag::NoGradGuard no_grad;
+    EXPECT_FALSE(ag::GradMode::is_enabled());
+    const Tensor y = ag::ops::sum(ag::ops::relu(x * x + 1.0f));
+    EXPECT_EQ(y.grad_fn(), nullptr);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(throws_error([&] { y.backward(); }, {"does not require grad", "NoGradGuard"}));
+    {
+      ag::NoGradGuard nested;
+    }
+    EXPECT_FALSE(ag::GradMode::is_enabled());  // the inner guard restored "off"
+  }
+  EXPECT_TRUE(ag::GradMode::is_enabled());
+  const Tensor y = x * x;
+  EXPECT_NE(y.grad_fn(), nullptr);
+  EXPECT_EQ(y.grad_fn()->name(), "mul");
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, SavedTensorModifiedInPlaceThrows) {
+  Tensor x = leaf({1, 2});
+  Tensor w = leaf({3, 4});
+  const Tensor loss = ag::ops::sum(x * w);  // mul saves x and w
+  w.data<float>()[0] = 5.0f;
+  w.bump_version();  // what an optimizer step does
+  EXPECT_TRUE(throws_error([&] { loss.backward(); }, {"mul", "modified in place", "version"}));
+  // An unrelated tensor's version does not matter.
+  Tensor a = leaf({1, 2});
+  const Tensor l2 = ag::ops::sum(a * 3.0f);
+  Tensor other = ag::ones({2});
+  other.bump_version();
+  EXPECT_NO_THROW(l2.backward());
+}
+
+TEST(Autograd, DiamondsSumTheirBranches) {
+  // A leaf used by two ops: d/dx (x*x + 3x) = 2x + 3.
+  Tensor x = leaf({1, -2, 0.5f});
+  ag::ops::sum(x * x + x * 3.0f).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{5, -1, 4}));
+  // An intermediate used twice: h = relu(x); out = h*h + h, d/dx = (2h + 1) [x > 0].
+  Tensor z = leaf({1, -2, 0.5f});
+  const Tensor h = ag::ops::relu(z);
+  ag::ops::sum(h * h + h).backward();
+  EXPECT_EQ(z.grad().to_vector(), (std::vector<float>{3, 0, 2}));
+  // A deeper diamond: a = 2x, b = a + a, c = a * b = 4x^2 * 2 -> dc/dx = 16x.
+  Tensor p = leaf({1, 3});
+  const Tensor a = p * 2.0f;
+  const Tensor b = a + a;
+  ag::ops::sum(a * b).backward();
+  EXPECT_EQ(p.grad().to_vector(), (std::vector<float>{16, 48}));
+}
+
+TEST(Autograd, LeafGradientHasTheLeafDtype) {
+  Tensor h = leaf({1, 2}, DType::kFloat16);
+  ag::ops::sum(h * h).backward();
+  EXPECT_EQ(h.grad().dtype(), DType::kFloat16);
+  EXPECT_EQ(h.grad().to_vector(), (std::vector<float>{2, 4}));
+  // An FP32 leaf used through a cast to FP16 gets an FP32 gradient, and the other way round.
+  Tensor f = leaf({1, 2});
+  ag::ops::sum(f.to(DType::kFloat16) * 3.0f).backward();
+  EXPECT_EQ(f.grad().dtype(), DType::kFloat32);
+  EXPECT_EQ(f.grad().to_vector(), (std::vector<float>{3, 3}));
+  Tensor g = leaf({1, 2}, DType::kFloat16);
+  ag::ops::sum(g.to(DType::kFloat64) * g.to(DType::kFloat32)).backward();  // promoted to float64
+  EXPECT_EQ(g.grad().dtype(), DType::kFloat16);
+  EXPECT_EQ(g.grad().to_vector(), (std::vector<float>{2, 4}));
+}
+
+TEST(Autograd, OnlyInputsThatNeedGradGetOne) {
+  Tensor x = leaf({1, 2});
+  const Tensor c = ag::ones({2});
+  ag::ops::sum(x * c).backward();
+  EXPECT_TRUE(x.grad().defined());
+  EXPECT_FALSE(c.grad().defined());
+  EXPECT_FALSE((c * c).requires_grad());
+  EXPECT_EQ((c * c).grad_fn(), nullptr);
+}
+
+// A training loop must not leak: the bytes held after 1e3 steps and after 1e5 steps are equal,
+// and so is the peak since the loop began (every step allocates and frees the same).
+template <typename Optimizer, typename Options>
+void expect_steady_memory(Options options) {
+  ag::allocator_for(ag::Device::kCPU).reset_peak();
+  ag::manual_seed(3);
+  ag::nn::Linear model(10, 1);
+  const Tensor x = ag::randn({64, 10});
+  const Tensor y = ag::ops::mean(x) + ag::randn({64, 1});  // anything to fit
+  Optimizer opt(model.parameters(), options);
+  auto train = [&](int steps) {
+    for (int i = 0; i < steps; ++i) {
+      opt.zero_grad();
+      ag::ops::mse_loss(model(x), y).backward();
+      opt.step();
+    }
+  };
+  const float initial_loss = ag::ops::mse_loss(model(x), y).item();
+  train(1000);
+  const ag::MemoryStats early = ag::memory_stats(ag::Device::kCPU);
+  train(99000);
+  const ag::MemoryStats late = ag::memory_stats(ag::Device::kCPU);
+  EXPECT_EQ(late.current_bytes, early.current_bytes);
+  EXPECT_EQ(late.peak_bytes, early.peak_bytes);
+  EXPECT_GT(early.peak_bytes, early.current_bytes);  // steps do allocate: the counters are live
+  ::testing::Test::RecordProperty("current_bytes", std::to_string(late.current_bytes));
+  ::testing::Test::RecordProperty("peak_bytes", std::to_string(late.peak_bytes));
+  EXPECT_LT(ag::ops::mse_loss(model(x), y).item(), initial_loss);  // and it trained
+}
+
+TEST(Autograd, MemoryIsSteadyInATrainingLoopWithSgd) {
+  expect_steady_memory<ag::optim::SGD>(ag::optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+}
+
+TEST(Autograd, MemoryIsSteadyInATrainingLoopWithAdam) {
+  expect_steady_memory<ag::optim::Adam>(ag::optim::AdamOptions{.lr = 1e-3});
+}
+
+}  // namespace

@@ -1,0 +1,131 @@
+// nn modules: Linear's initialisation and shapes, parameter order, Sequential against manual
+// composition, and Module::to keeping the parameter handles users hold.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "ampgrad.h"
+#include "test_util.h"
+
+namespace ag = ampgrad;
+using ag::DType;
+using ag::Tensor;
+using ag::test::throws_error;
+
+namespace {
+
+TEST(Nn, LinearShapesAndForward) {
+  ag::manual_seed(1);
+  ag::nn::Linear lin(10, 3);
+  EXPECT_EQ(lin.weight.shape(), (ag::Shape{3, 10}));
+  EXPECT_EQ(lin.bias.shape(), (ag::Shape{3}));
+  EXPECT_TRUE(lin.weight.requires_grad());
+  EXPECT_TRUE(lin.bias.requires_grad());
+  const Tensor x = ag::randn({4, 10});
+  const Tensor y = lin(x);
+  EXPECT_EQ(y.shape(), (ag::Shape{4, 3}));
+  EXPECT_EQ(y.to_vector(), ag::ops::linear(x, lin.weight, lin.bias).to_vector());
+  EXPECT_EQ(lin.forward(x).to_vector(), y.to_vector());
+
+  ag::nn::Linear no_bias(10, 3, ag::nn::Bias::kNo);
+  EXPECT_FALSE(no_bias.bias.defined());
+  ASSERT_EQ(no_bias.parameters().size(), 1u);
+  EXPECT_TRUE(no_bias.parameters()[0].is_same(no_bias.weight));
+  EXPECT_EQ(no_bias(x).to_vector(), ag::ops::linear(x, no_bias.weight).to_vector());
+  EXPECT_TRUE(throws_error([] { ag::nn::Linear(0, 3); }, {"nn::Linear(0, 3)", "positive"}));
+}
+
+TEST(Nn, LinearInitIsUniformWithinOneOverSqrtIn) {
+  ag::manual_seed(2);
+  const int64_t in = 100;
+  ag::nn::Linear lin(in, 300);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  for (const Tensor& p : lin.parameters()) {
+    const std::vector<double> v = p.to_double_vector();
+    double mean = 0, var = 0;
+    std::vector<int> histogram(10, 0);
+    for (double x : v) {
+      ASSERT_GE(x, -bound);
+      ASSERT_LE(x, bound);
+      mean += x / v.size();
+      ++histogram[std::min(9, static_cast<int>((x + bound) / (2 * bound) * 10))];
+    }
+    for (double x : v) var += (x - mean) * (x - mean) / v.size();
+    // U(-b, b): mean 0, variance b^2 / 3. Bounds are about 5 standard errors at these sizes.
+    const double n = static_cast<double>(v.size());
+    EXPECT_NEAR(mean, 0.0, 5 * bound / std::sqrt(3 * n)) << p.to_string();
+    EXPECT_NEAR(var, bound * bound / 3, 5 * bound * bound * std::sqrt(4.0 / 45 / n)) << p.to_string();
+    if (v.size() >= 1000) {  // the weight: every tenth of the range holds about a tenth of the values
+      for (int count : histogram) EXPECT_NEAR(count / n, 0.1, 5 * std::sqrt(0.09 / n)) << p.to_string();
+    }
+  }
+  // Seeded: the same seed gives the same layer.
+  ag::manual_seed(2);
+  EXPECT_EQ(ag::nn::Linear(in, 300).weight.to_vector(), lin.weight.to_vector());
+}
+
+TEST(Nn, SequentialParametersAndForward) {
+  ag::manual_seed(3);
+  ag::nn::Linear l1(3, 8), l2(8, 2, ag::nn::Bias::kNo), l3(2, 1);
+  ag::nn::Sequential model{l1, ag::nn::ReLU(), l2, ag::nn::ReLU(), l3};
+  EXPECT_EQ(model.size(), 5u);
+  // Modules are handles: the model holds the very tensors of l1, l2, l3, in module order.
+  const std::vector<Tensor> ps = model.parameters();
+  const std::vector<Tensor> expected{l1.weight, l1.bias, l2.weight, l3.weight, l3.bias};
+  ASSERT_EQ(ps.size(), expected.size());
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_TRUE(ps[i].is_same(expected[i])) << i;
+  EXPECT_TRUE(ag::nn::ReLU().parameters().empty());
+
+  const Tensor x = ag::randn({6, 3});
+  const Tensor manual = ag::ops::linear(
+      ag::ops::relu(ag::ops::linear(ag::ops::relu(ag::ops::linear(x, l1.weight, l1.bias)), l2.weight)), l3.weight,
+      l3.bias);
+  EXPECT_EQ(model(x).to_vector(), manual.to_vector());
+  EXPECT_TRUE(model[0].parameters()[0].is_same(l1.weight));
+
+  // Gradients reach the shared handles.
+  ag::ops::sum(model(x)).backward();
+  for (const Tensor& p : expected) EXPECT_TRUE(p.grad().defined()) << p.to_string();
+}
+
+TEST(Nn, ToDtypeKeepsHandlesAndConvertsValues) {
+  ag::manual_seed(4);
+  ag::nn::Sequential model{ag::nn::Linear(4, 5), ag::nn::ReLU(), ag::nn::Linear(5, 2)};
+  const std::vector<Tensor> before = model.parameters();
+  std::vector<std::vector<float>> values;
+  for (const Tensor& p : before) values.push_back(p.to_vector());
+  ag::ops::sum(model(ag::randn({3, 4}))).backward();
+  ASSERT_TRUE(before[0].grad().defined());
+
+  model.to(DType::kFloat16);
+  const std::vector<Tensor> after = model.parameters();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_TRUE(after[i].is_same(before[i])) << i;
+    EXPECT_EQ(before[i].dtype(), DType::kFloat16) << i;  // the user's handle sees the change
+    EXPECT_TRUE(before[i].requires_grad()) << i;
+    EXPECT_TRUE(before[i].is_leaf()) << i;
+    EXPECT_FALSE(before[i].grad().defined()) << i;  // stale FP32 gradients are dropped
+    EXPECT_EQ(before[i].to_vector(), Tensor::from_vector(values[i], before[i].shape()).to(DType::kFloat16).to_vector());
+  }
+  // The FP16 model trains: FP16 gradients on the same handles.
+  const Tensor out = model(ag::randn({3, 4}, DType::kFloat16));
+  EXPECT_EQ(out.dtype(), DType::kFloat16);
+  ag::ops::sum(out).backward();
+  EXPECT_EQ(before[0].grad().dtype(), DType::kFloat16);
+
+  model.to(DType::kFloat32);  // back: the FP16-rounded values, widened exactly
+  EXPECT_EQ(before[2].dtype(), DType::kFloat32);
+  EXPECT_EQ(before[2].to_vector(), Tensor::from_vector(values[2], before[2].shape()).to(DType::kFloat16).to_vector());
+}
+
+TEST(Nn, ToCudaWithoutCudaThrowsAndLeavesTheModelUsable) {
+  if (ag::cuda_is_available()) GTEST_SKIP() << "a GPU is present; this checks the CPU-only build";
+  ag::nn::Linear lin(2, 2);
+  EXPECT_TRUE(throws_error([&] { lin.to(ag::Device::kCUDA); }, {"CUDA"}));
+  EXPECT_EQ(lin.weight.device(), ag::Device::kCPU);
+  EXPECT_EQ(lin(ag::ones({1, 2})).shape(), (ag::Shape{1, 2}));
+}
+
+}  // namespace

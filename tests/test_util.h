@@ -1,0 +1,205 @@
+// Helpers shared by the core tests: dtype-aware closeness checks, float64 reference math, error
+// message checks, and a finite-difference gradient-check harness (every comparison in float64).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ampgrad.h"
+
+namespace ampgrad::test {
+
+// ---- Tolerances ------------------------------------------------------------------------------
+
+/// The gap between 1 and the next representable number: 2^-10 (float16), 2^-23 (float32),
+/// 2^-52 (float64). A correctly rounded result is within eps/2 of the exact value, relatively.
+inline double eps(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return 0x1p-10;
+    case DType::kFloat32: return 0x1p-23;
+    case DType::kFloat64: return 0x1p-52;
+  }
+  return 0.0;
+}
+
+/// How a result was computed, for its tolerance: `k` terms accumulated into each element
+/// (independent rounding errors of a length-k sum grow like sqrt(k)), each term of size about
+/// `magnitude` (the error of x + y scales with |x| + |y|, not |x + y|, so cancellation near zero
+/// needs an absolute term).
+struct Tol {
+  int64_t k = 1;
+  double magnitude = 1.0;
+};
+
+/// Passes when every |actual - expected| <= atol + rtol * |expected|, with
+///   rtol = kSlack * eps(dtype) * sqrt(k),   atol = rtol * magnitude,   kSlack = 2
+/// (kSlack covers a rounded input or two on top of the eps/2 of the final rounding).
+inline ::testing::AssertionResult all_close(const std::vector<double>& actual, const std::vector<double>& expected,
+                                            DType dtype, Tol tol = {}) {
+  constexpr double kSlack = 2.0;
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure() << actual.size() << " values, expected " << expected.size();
+  }
+  const double rtol = kSlack * eps(dtype) * std::sqrt(static_cast<double>(tol.k));
+  const double atol = rtol * tol.magnitude;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const bool ok = std::abs(actual[i] - expected[i]) <= atol + rtol * std::abs(expected[i]);
+    if (!ok && bad++ == 0) first = i;  // NaN fails the comparison too
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << actual.size() << " values differ (" << dtype_name(dtype)
+                                       << ", k " << tol.k << "); first at [" << first << "]: " << actual[first]
+                                       << " vs expected " << expected[first] << ", allowed "
+                                       << atol + rtol * std::abs(expected[first]);
+}
+
+inline ::testing::AssertionResult all_close(const Tensor& actual, const std::vector<double>& expected, DType dtype,
+                                            Tol tol = {}) {
+  return all_close(actual.to_double_vector(), expected, dtype, tol);
+}
+
+/// EXPECT_CLOSE(actual, expected, dtype[, Tol{k, magnitude}]): see all_close.
+#define EXPECT_CLOSE(...) EXPECT_TRUE(::ampgrad::test::all_close(__VA_ARGS__))
+
+// ---- Errors ----------------------------------------------------------------------------------
+
+/// Passes when fn() throws ampgrad::Error whose message contains every needle.
+template <typename Fn>
+::testing::AssertionResult throws_error(Fn&& fn, std::initializer_list<std::string_view> needles) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (std::string_view needle : needles) {
+      if (message.find(needle) == std::string::npos) {
+        return ::testing::AssertionFailure() << "message \"" << message << "\" lacks \"" << needle << "\"";
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-ampgrad exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "nothing was thrown";
+}
+
+// ---- Reference math in double ----------------------------------------------------------------
+
+/// c[m,n] = a[m,k] b[k,n], row-major.
+inline std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
+                                      int64_t k, int64_t n) {
+  std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) {
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] += a[i * k + p] * b[p * n + j];
+    }
+  }
+  return c;
+}
+
+/// y[n,out] = x[n,in] w[out,in]^T + b[out] (b empty: no bias).
+inline std::vector<double> linear_ref(const std::vector<double>& x, const std::vector<double>& w,
+                                      const std::vector<double>& b, int64_t n, int64_t in, int64_t out) {
+  std::vector<double> y(static_cast<size_t>(n * out), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = b.empty() ? 0.0 : b[o];
+      for (int64_t p = 0; p < in; ++p) acc += x[i * in + p] * w[o * in + p];
+      y[i * out + o] = acc;
+    }
+  }
+  return y;
+}
+
+/// Deterministic values uniform in [lo, hi) from a local engine (leaves the global generator alone).
+inline std::vector<double> random_values(size_t n, double lo, double hi, uint64_t seed) {
+  std::mt19937_64 engine(seed);
+  std::vector<double> v(n);
+  for (double& x : v) x = lo + (hi - lo) * static_cast<double>(engine() >> 11) * 0x1p-53;
+  return v;
+}
+
+// ---- Gradient checks -------------------------------------------------------------------------
+
+using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+/// The random cotangent c for an output: multiples of 1/8 in [-2, 2], so that it is exact in every
+/// dtype and the gradient of L = sum(out * c) with respect to out is exactly c.
+inline Tensor cotangent_like(const Tensor& out) {
+  constexpr uint64_t kSeed = 7;
+  std::vector<double> c = random_values(static_cast<size_t>(out.numel()), -2.0, 2.0, kSeed);
+  for (double& v : c) v = std::round(v * 8.0) / 8.0;
+  return Tensor::from_vector(c, out.shape(), out.dtype());
+}
+
+struct Evaluated {
+  std::vector<double> out;
+  std::vector<std::vector<double>> grads;  // one per input
+};
+
+/// fn's output and the gradients of L = sum(fn(x) * c), with the inputs converted to `dtype`
+/// leaves; everything returned as doubles. Also checks each gradient's shape and dtype.
+inline Evaluated evaluate(const TensorFn& fn, const std::vector<Tensor>& inputs, DType dtype) {
+  std::vector<Tensor> leaves;
+  for (const Tensor& t : inputs) {
+    leaves.push_back(Tensor::from_vector(t.to_double_vector(), t.shape(), dtype));
+    leaves.back().set_requires_grad(true);
+  }
+  const Tensor out = fn(leaves);
+  ops::sum(out * cotangent_like(out)).backward();
+  Evaluated result{out.to_double_vector(), {}};
+  for (const Tensor& leaf : leaves) {
+    EXPECT_TRUE(leaf.grad().defined());
+    if (!leaf.grad().defined()) return result;
+    EXPECT_EQ(leaf.grad().shape(), leaf.shape());
+    EXPECT_EQ(leaf.grad().dtype(), dtype);
+    result.grads.push_back(leaf.grad().to_double_vector());
+  }
+  return result;
+}
+
+/// Compares the analytic gradient of L = sum(fn(x) * c) with central differences
+/// (L(x + h e_j) - L(x - h e_j)) / 2h, everything in float64. With h = 1e-6 the difference's
+/// rounding error is ~eps64 |L| / h ~ 1e-9 and the truncation error (~h^2 times L's third
+/// derivative) is zero for ops at most quadratic in each input, so 1e-6 (absolute + relative) is
+/// a wide margin that still catches any wrong formula. Keep inputs of piecewise ops (relu)
+/// farther than h from their kinks.
+inline ::testing::AssertionResult gradcheck(const TensorFn& fn, const std::vector<Tensor>& inputs,
+                                            double h = 1e-6, double tol = 1e-6) {
+  const Evaluated analytic = evaluate(fn, inputs, DType::kFloat64);
+  if (analytic.grads.size() != inputs.size()) return ::testing::AssertionFailure() << "a gradient is missing";
+  std::vector<Tensor> x;
+  for (const Tensor& t : inputs) x.push_back(Tensor::from_vector(t.to_double_vector(), t.shape(), DType::kFloat64));
+  NoGradGuard no_grad;
+  const Tensor c = cotangent_like(fn(x));
+  auto loss = [&] { return ops::sum(fn(x) * c).to_double_vector()[0]; };
+  for (size_t i = 0; i < x.size(); ++i) {
+    for (int64_t j = 0; j < x[i].numel(); ++j) {
+      double& xj = x[i].data<double>()[j];
+      const double saved = xj;
+      xj = saved + h;
+      const double plus = loss();
+      xj = saved - h;
+      const double minus = loss();
+      xj = saved;
+      const double numeric = (plus - minus) / (2 * h);
+      const double exact = analytic.grads[i][static_cast<size_t>(j)];
+      if (!(std::abs(exact - numeric) <= tol * (1.0 + std::abs(numeric)))) {
+        return ::testing::AssertionFailure() << "d/d input " << i << " [" << j << "]: backward gives " << exact
+                                             << ", finite differences " << numeric;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace ampgrad::test
