@@ -4,6 +4,7 @@
 
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "framework/allocator.h"
 #include "framework/autograd.h"

@@ -51,14 +51,15 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   // Collect every (gradient, FP32 destination) pair first, so the CUDA ones are unscaled and
   // checked in one fused launch with one host sync (see unscale_and_check_all).
   std::vector<Tensor> grads, outs;
-  for (const Tensor& p : opt.parameters()) {
+  for (size_t i = 0; i < opt.parameters().size(); ++i) {
+    const Tensor& p = opt.parameters()[i];
     Tensor grad = p.grad();
     if (!grad.defined()) continue;
     grads.push_back(grad);
     if (p.dtype() == DType::kFloat32) {
       outs.push_back(grad);
     } else {
-      Tensor master = p.master();
+      Tensor master = opt.master_of(i);  // remade first if the parameter changed outside the optimizer
       Tensor master_grad = Tensor::empty(grad.shape(), DType::kFloat32, grad.device());
       master.set_grad(master_grad);
       outs.push_back(master_grad);

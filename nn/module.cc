@@ -9,6 +9,12 @@
 
 namespace ampgrad::nn {
 
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [name, p] : named_parameters()) out.push_back(p);
+  return out;
+}
+
 Module& Module::to(DType dtype) {
   for (Tensor& p : parameters()) p.set_data(p.detach().to(dtype));
   return *this;
@@ -34,9 +40,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, Bias has_bias) {
 
 Tensor Linear::forward(const Tensor& x) { return ops::linear(x, weight, bias); }
 
-std::vector<Tensor> Linear::parameters() const {
-  if (bias.defined()) return {weight, bias};
-  return {weight};
+std::vector<std::pair<std::string, Tensor>> Linear::named_parameters() const {
+  if (bias.defined()) return {{"weight", weight}, {"bias", bias}};
+  return {{"weight", weight}};
 }
 
 Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }
@@ -47,10 +53,10 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
-std::vector<Tensor> Sequential::parameters() const {
-  std::vector<Tensor> all;
-  for (const auto& module : modules_) {
-    for (const Tensor& p : module->parameters()) all.push_back(p);
+std::vector<std::pair<std::string, Tensor>> Sequential::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    for (auto& [name, p] : modules_[i]->named_parameters()) all.emplace_back(std::to_string(i) + "." + name, p);
   }
   return all;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -17,8 +18,11 @@ class Module {
   virtual ~Module() = default;
   virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
-  /// Every parameter, in a fixed order (the order checkpoints and optimizers see).
-  virtual std::vector<Tensor> parameters() const { return {}; }
+  /// Every parameter with its name, in a fixed order: "weight", "bias", "0.weight", ... (the
+  /// names PyTorch's state_dict gives the same architecture).
+  virtual std::vector<std::pair<std::string, Tensor>> named_parameters() const { return {}; }
+  /// The parameters alone, in the same order (what optimizers take).
+  std::vector<Tensor> parameters() const;
   /// Converts every parameter in place: the Tensor handles already given out stay valid
   /// (gradients are cleared). Do this before building an optimizer over the parameters.
   Module& to(DType dtype);
@@ -33,7 +37,7 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Bias bias = Bias::kYes);
   Tensor forward(const Tensor& x) override;
-  std::vector<Tensor> parameters() const override;
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const override;
 
   Tensor weight;
   Tensor bias;  // undefined with Bias::kNo
@@ -59,7 +63,7 @@ class Sequential : public Module {
   }
 
   Tensor forward(const Tensor& x) override;
-  std::vector<Tensor> parameters() const override;
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const override;
   size_t size() const { return modules_.size(); }
   Module& operator[](size_t index) { return *modules_.at(index); }
 

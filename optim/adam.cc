@@ -30,6 +30,28 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
     : Adam(std::move(params), {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay},
            Decay::kDecoupled) {}
 
+void Adam::save_param_state(size_t index, ParamState& out) const {
+  const State& s = states_[index];
+  out.counters["step"] = s.step;
+  if (s.step > 0) {
+    out.tensors["exp_avg"] = s.exp_avg;
+    out.tensors["exp_avg_sq"] = s.exp_avg_sq;
+  }
+}
+
+void Adam::load_param_state(size_t index, const ParamState& in) {
+  auto step = in.counters.find("step");
+  AG_CHECK(step != in.counters.end() && step->second >= 0, name(), "::load_state: parameter ", index,
+           " needs a 'step' counter >= 0");
+  State s;
+  s.step = step->second;
+  if (s.step > 0) {
+    s.exp_avg = loaded_tensor(index, in, "exp_avg");
+    s.exp_avg_sq = loaded_tensor(index, in, "exp_avg_sq");
+  }
+  states_[index] = s;
+}
+
 void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
 #if !defined(AMPGRAD_WITH_CUDA)
   AG_CHECK(master.device() == Device::kCPU, "Adam: ", master.to_string(),
@@ -60,6 +82,7 @@ void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
     // One fused kernel: master, both moments and (for an FP16 parameter) its rounded copy.
     Tensor copy = fused_param_copy(index);
     const cuda::AdamScalars scalars{.step_size = step_size, .bc2_sqrt = bc2_sqrt, .beta1 = b1, .beta2 = b2,
+                                    .one_minus_beta1 = one_minus_b1, .one_minus_beta2 = one_minus_b2,
                                     .eps = eps, .l2 = l2, .decoupled = decoupled};
     cuda::adam_update(master.data<float>(), grad.data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
                       copy.defined() ? copy.data<Half>() : nullptr, n, scalars, /*found_inf=*/nullptr);

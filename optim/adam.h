@@ -29,6 +29,7 @@ struct AdamWOptions {
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
+  std::string name() const override { return decay_ == Decay::kL2 ? "Adam" : "AdamW"; }
   const AdamOptions& options() const { return options_; }
 
   struct State {
@@ -42,6 +43,8 @@ class Adam : public Optimizer {
   enum class Decay : bool { kL2, kDecoupled };  // Adam adds wd*w to the gradient; AdamW decays w
   Adam(std::vector<Tensor> params, AdamOptions options, Decay decay);
   void update(size_t index, Tensor& master, const Tensor& grad) override;
+  void save_param_state(size_t index, ParamState& out) const override;
+  void load_param_state(size_t index, const ParamState& in) override;
 
  private:
   AdamOptions options_;

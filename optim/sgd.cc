@@ -23,6 +23,14 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(p
   buffers_.resize(parameters().size());
 }
 
+void SGD::save_param_state(size_t index, ParamState& out) const {
+  if (buffers_[index].defined()) out.tensors["momentum_buffer"] = buffers_[index];
+}
+
+void SGD::load_param_state(size_t index, const ParamState& in) {
+  buffers_[index] = in.tensors.count("momentum_buffer") ? loaded_tensor(index, in, "momentum_buffer") : Tensor();
+}
+
 void SGD::update(size_t index, Tensor& master, const Tensor& grad) {
   if (master.device() == Device::kCUDA) {
 #if defined(AMPGRAD_WITH_CUDA)
@@ -56,7 +64,8 @@ void SGD::update(size_t index, Tensor& master, const Tensor& grad) {
 #if defined(AMPGRAD_WITH_CUDA)
 void SGD::update_cuda(size_t index, Tensor& master, const Tensor& grad) {
   // One fused kernel: master, momentum buffer and (for an FP16 parameter) its rounded copy.
-  const bool with_momentum = options_.momentum != 0.0;
+  // The same test as the CPU loop (momentum rounded to float): a momentum that rounds to 0 means none.
+  const bool with_momentum = static_cast<float>(options_.momentum) != 0.0f;
   Tensor& buffer = buffers_[index];
   const bool first = with_momentum && !buffer.defined();
   if (first) buffer = Tensor::empty(master.shape(), DType::kFloat32, master.device());
@@ -64,7 +73,7 @@ void SGD::update_cuda(size_t index, Tensor& master, const Tensor& grad) {
   const cuda::SgdScalars s{.lr = static_cast<float>(lr_),
                            .weight_decay = static_cast<float>(options_.weight_decay),
                            .momentum = static_cast<float>(options_.momentum),
-                           .dampening = static_cast<float>(options_.dampening)};
+                           .one_minus_dampening = static_cast<float>(1.0 - options_.dampening)};  // as the CPU
   cuda::sgd_update(master.data<float>(), grad.data<float>(), with_momentum ? buffer.data<float>() : nullptr,
                    copy.defined() ? copy.data<Half>() : nullptr, master.numel(), s,
                    options_.nesterov ? cuda::Nesterov::kYes : cuda::Nesterov::kNo,

@@ -18,12 +18,15 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
+  std::string name() const override { return "SGD"; }
   const SGDOptions& options() const { return options_; }
   /// Momentum buffer of parameter `index` (FP32; undefined before its first step).
   const Tensor& momentum_buffer(size_t index) const { return buffers_.at(index); }
 
  protected:
   void update(size_t index, Tensor& master, const Tensor& grad) override;
+  void save_param_state(size_t index, ParamState& out) const override;
+  void load_param_state(size_t index, const ParamState& in) override;
   void update_cuda(size_t index, Tensor& master, const Tensor& grad);  // fused kernel (optim/cuda)
 
  private:

@@ -2,6 +2,7 @@
 // (CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation, one rounding to half). float32: SGEMM,
 // TF32 only when allowed. float64: DGEMM. A bias is fused by pre-filling C and using beta = 1.
 #include <atomic>
+#include <limits>
 #include <vector>
 
 #include "framework/cuda/cuda_check.h"
@@ -42,8 +43,16 @@ cublasHandle_t cublas_handle() {
   AG_CUDA_CHECK(cudaGetDevice(&device));
   if (handles.size() <= static_cast<size_t>(device)) handles.resize(static_cast<size_t>(device) + 1, nullptr);
   if (handles[device] == nullptr) {
-    AG_CUBLAS_CHECK(cublasCreate(&handles[device]));
-    AG_CUBLAS_CHECK(cublasSetStream(handles[device], cudaStreamLegacy));
+    // Cached only once fully set up: if cublasSetStream threw, a cached handle would be reused
+    // later on the wrong stream.
+    cublasHandle_t handle = nullptr;
+    AG_CUBLAS_CHECK(cublasCreate(&handle));
+    const cublasStatus_t status = cublasSetStream(handle, cudaStreamLegacy);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      cublasDestroy(handle);
+      throw_cublas_error(__FILE__, __LINE__, "cublasSetStream(handle, cudaStreamLegacy)", status);
+    }
+    handles[device] = handle;
   }
   return handles[device];
 }
@@ -52,6 +61,11 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   const int64_t m = out.size(0), n = out.size(1);
   const int64_t k = trans_a == Transpose::kYes ? a.size(0) : a.size(1);
   if (m == 0 || n == 0) return;
+  // cuBLAS takes int dimensions and leading dimensions (each ld is one of m, n, k): a larger one
+  // would be truncated into a wrong (or negative) size, so refuse it instead of computing garbage.
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  AG_CHECK(m <= kIntMax && n <= kIntMax && k <= kIntMax, "gemm (CUDA): dimensions M = ", m, ", N = ", n, ", K = ", k,
+           " exceed cuBLAS's int limit ", kIntMax);
   const bool has_bias = bias.defined();
   const DType dtype = out.dtype();
   if (has_bias) {
@@ -74,6 +88,13 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   const cublasOperation_t op_first = op_of(trans_b), op_second = op_of(trans_a);
   const int cm = static_cast<int>(n), cn = static_cast<int>(m), ck = static_cast<int>(k);
   const int ld_first = static_cast<int>(b.size(1)), ld_second = static_cast<int>(a.size(1)), ldc = static_cast<int>(n);
+  // The math mode is per handle: set it on every call so set_allow_tf32 takes effect at once.
+  // CUBLAS_DEFAULT_MATH never uses TF32 for FP32 data; FP16 GemmEx uses tensor cores either way.
+  // DISALLOW_REDUCED_PRECISION_REDUCTION: otherwise cuBLAS may add split-K partials of an FP16
+  // GEMM in half (output type), rounding more than once; large K (weight gradients) hits that.
+  const cublasMath_t math = dtype == DType::kFloat32 && allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  AG_CUBLAS_CHECK(
+      cublasSetMathMode(handle, static_cast<cublasMath_t>(math | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   switch (dtype) {
     case DType::kFloat16: {
       const float alpha = 1.0f, beta = has_bias ? 1.0f : 0.0f;  // FP32 scalars for CUBLAS_COMPUTE_32F
@@ -84,9 +105,6 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
     }
     case DType::kFloat32: {
       const float alpha = 1.0f, beta = has_bias ? 1.0f : 0.0f;
-      // The math mode is per handle: set it on every call so set_allow_tf32 takes effect at once.
-      // CUBLAS_DEFAULT_MATH never uses TF32 for FP32 data; FP16 GemmEx uses tensor cores either way.
-      AG_CUBLAS_CHECK(cublasSetMathMode(handle, allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
       AG_CUBLAS_CHECK(cublasSgemm(handle, op_first, op_second, cm, cn, ck, &alpha, b.data<float>(), ld_first,
                                   a.data<float>(), ld_second, &beta, out.data<float>(), ldc));
       break;

@@ -20,7 +20,7 @@ __global__ void sgd_kernel(float* w, const float* g, float* buf, __half* param_c
     float wi = w[i];
     float d = g[i] + s.weight_decay * wi;
     if (buf != nullptr) {
-      const float b = first ? d : s.momentum * buf[i] + (1.0f - s.dampening) * d;
+      const float b = first ? d : s.momentum * buf[i] + s.one_minus_dampening * d;
       buf[i] = b;
       d = nesterov ? d + s.momentum * b : b;
     }
@@ -38,8 +38,8 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, __half
     float wi = w[i];
     const float gi = g[i] + s.l2 * wi;
     wi *= s.decoupled;
-    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
-    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
+    const float mi = s.beta1 * m[i] + s.one_minus_beta1 * gi;
+    const float vi = s.beta2 * v[i] + s.one_minus_beta2 * gi * gi;
     wi -= s.step_size * mi / (sqrtf(vi) / s.bc2_sqrt + s.eps);
     m[i] = mi;
     v[i] = vi;

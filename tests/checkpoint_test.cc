@@ -1,0 +1,208 @@
+// Training-state checkpoints: a stopped, saved, reloaded and resumed run is bit-identical to an
+// uninterrupted one (FP32, AMP, FP16 parameters); files follow the safetensors format (read back
+// with Python's standard library); bad files throw and leave the run untouched.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+
+#include "ampgrad.h"
+
+namespace ag = ampgrad;
+namespace ck = ampgrad::checkpoint;
+namespace fs = std::filesystem;
+
+namespace {
+
+enum class Setup { kFp32Sgd, kAmpAdam, kFp16ParamsAdamW };
+
+// One training run: model, optimizer, scaler; every step draws a fresh batch from the global
+// generator, so resuming also needs the generator's state.
+struct TrainingRun {
+  explicit TrainingRun(Setup setup_in) : setup(setup_in) {
+    model = std::make_unique<ag::nn::Sequential>(ag::nn::Linear(6, 16), ag::nn::ReLU(), ag::nn::Linear(16, 1));
+    if (setup == Setup::kFp16ParamsAdamW) model->to(ag::DType::kFloat16);
+    if (setup == Setup::kFp32Sgd) {
+      opt = std::make_unique<ag::optim::SGD>(model->parameters(), ag::optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+    } else if (setup == Setup::kAmpAdam) {
+      opt = std::make_unique<ag::optim::Adam>(model->parameters(), ag::optim::AdamOptions{.lr = 1e-2});
+    } else {
+      opt = std::make_unique<ag::optim::AdamW>(model->parameters(), ag::optim::AdamWOptions{.lr = 1e-2});
+    }
+    // A small growth interval and a huge initial scale make the schedule move within a few steps.
+    scaler = std::make_unique<ag::amp::GradScaler>(ag::amp::GradScalerOptions{
+        .init_scale = 1e9, .growth_interval = 3, .enabled = setup != Setup::kFp32Sgd});
+  }
+
+  float step() {
+    ag::Tensor x = ag::randn({32, 6});
+    if (setup == Setup::kFp16ParamsAdamW) x = x.to(ag::DType::kFloat16);
+    const ag::Tensor y = ag::randn({32, 1});
+    opt->zero_grad();
+    ag::Tensor loss;
+    {
+      ag::amp::AutocastGuard autocast(ag::Device::kCPU, ag::DType::kFloat16, setup == Setup::kAmpAdam);
+      loss = ag::ops::mse_loss((*model)(x).to(ag::DType::kFloat32), y);
+    }
+    scaler->scale(loss).backward();
+    scaler->step(*opt);
+    scaler->update();
+    return loss.item();
+  }
+
+  ck::TrainingState state() { return {.model = model.get(), .optimizer = opt.get(), .scaler = scaler.get()}; }
+
+  std::vector<double> parameter_values() const {
+    std::vector<double> all;
+    for (const ag::Tensor& p : model->parameters()) {
+      for (double v : p.to_double_vector()) all.push_back(v);
+    }
+    return all;
+  }
+
+  Setup setup;
+  std::unique_ptr<ag::nn::Sequential> model;
+  std::unique_ptr<ag::optim::Optimizer> opt;
+  std::unique_ptr<ag::amp::GradScaler> scaler;
+};
+
+class CheckpointTest : public ::testing::TestWithParam<Setup> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / ("checkpoint_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_P(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
+  ag::manual_seed(11);
+  TrainingRun straight(GetParam());
+  std::vector<float> straight_losses;
+  for (int i = 0; i < 24; ++i) straight_losses.push_back(straight.step());
+
+  ag::manual_seed(11);
+  std::vector<float> resumed_losses;
+  {
+    TrainingRun first(GetParam());
+    for (int i = 0; i < 12; ++i) resumed_losses.push_back(first.step());
+    ck::TrainingState state = first.state();
+    state.user_metadata["step"] = "12";
+    ck::save_checkpoint(path("run.safetensors"), state);
+  }
+  ag::manual_seed(999);  // a different process would start from anywhere
+  TrainingRun second(GetParam());  // fresh weights, optimizer and scaler, all overwritten by the load
+  ck::TrainingState state = second.state();
+  ck::load_checkpoint(path("run.safetensors"), state);
+  EXPECT_EQ(state.user_metadata.at("step"), "12");
+  for (int i = 0; i < 12; ++i) resumed_losses.push_back(second.step());
+
+  EXPECT_EQ(resumed_losses, straight_losses);  // exact, float for float
+  EXPECT_EQ(second.parameter_values(), straight.parameter_values());
+  EXPECT_EQ(second.scaler->get_scale(), straight.scaler->get_scale());
+  EXPECT_EQ(second.scaler->growth_tracker(), straight.scaler->growth_tracker());
+}
+
+INSTANTIATE_TEST_SUITE_P(Setups, CheckpointTest,
+                         ::testing::Values(Setup::kFp32Sgd, Setup::kAmpAdam, Setup::kFp16ParamsAdamW));
+
+class CheckpointFileTest : public CheckpointTest {};
+
+TEST_F(CheckpointFileTest, ModelFileReadsBackWithPythonStandardLibrary) {
+  if (std::system("python3 -c 'import json, struct' > /dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 here";
+  ag::manual_seed(5);
+  ag::nn::Sequential model{ag::nn::Linear(3, 2), ag::nn::ReLU(), ag::nn::Linear(2, 1)};
+  model.to(ag::DType::kFloat16);
+  ck::save_model(path("model.safetensors"), model);
+  const std::string command = "python3 tests/read_safetensors.py " + path("model.safetensors");
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  ASSERT_EQ(::pclose(pipe), 0) << out;
+  // PyTorch's state_dict names for nn.Sequential(Linear, ReLU, Linear), in FP16.
+  const float w00 = model.parameters()[0].to_vector()[0];
+  EXPECT_NE(out.find("0.bias F16 [2]"), std::string::npos) << out;
+  EXPECT_NE(out.find("0.weight F16 [2, 3]"), std::string::npos) << out;
+  EXPECT_NE(out.find("2.bias F16 [1]"), std::string::npos) << out;
+  EXPECT_NE(out.find("2.weight F16 [1, 2]"), std::string::npos) << out;
+  // Python's float repr of the first weight equals ours (FP16 values are exact in float).
+  const size_t at = out.find("0.weight F16 [2, 3] ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_FLOAT_EQ(std::stof(out.substr(at + std::strlen("0.weight F16 [2, 3] "))), w00) << out;
+}
+
+// Loading `file` into a fresh FP32-SGD run throws an Error containing `expected` and the file
+// name, and leaves the run's parameters as they were.
+void expect_refused(TrainingRun& run, const std::string& file, const std::string& expected) {
+  const std::vector<double> before = run.parameter_values();
+  ck::TrainingState state = run.state();
+  try {
+    ck::load_checkpoint(file, state);
+    ADD_FAILURE() << "loading " << file << " should fail with: " << expected;
+  } catch (const ag::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fs::path(file).filename().string()), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(run.parameter_values(), before);
+}
+
+TEST_F(CheckpointFileTest, BadCheckpointsAreRefusedAndChangeNothing) {
+  ag::manual_seed(2);
+  TrainingRun source(Setup::kFp32Sgd);
+  for (int i = 0; i < 3; ++i) source.step();
+  ck::save_checkpoint(path("good.safetensors"), source.state());
+
+  TrainingRun target(Setup::kFp32Sgd);
+  expect_refused(target, path("missing.safetensors"), "cannot open");
+
+  // Another architecture: 6-8-1 instead of 6-16-1.
+  ag::nn::Sequential other{ag::nn::Linear(6, 8), ag::nn::ReLU(), ag::nn::Linear(8, 1)};
+  ck::save_checkpoint(path("shape.safetensors"), {.model = &other});
+  expect_refused(target, path("shape.safetensors"), "[8, 6]");
+
+  // Same architecture in FP16.
+  TrainingRun half(Setup::kFp16ParamsAdamW);
+  ck::save_checkpoint(path("dtype.safetensors"), half.state());
+  expect_refused(target, path("dtype.safetensors"), "float16");
+
+  // An Adam state cannot go into SGD.
+  TrainingRun adam(Setup::kAmpAdam);
+  ck::save_checkpoint(path("adam.safetensors"), adam.state());
+  expect_refused(target, path("adam.safetensors"), "\"Adam\" state but the optimizer is SGD");
+
+  // A weights-only file is not a checkpoint.
+  ck::save_model(path("weights.safetensors"), *source.model);
+  expect_refused(target, path("weights.safetensors"), "not an ampgrad checkpoint");
+
+  // Truncated in the middle of the data.
+  const auto size = fs::file_size(path("good.safetensors"));
+  fs::copy_file(path("good.safetensors"), path("cut.safetensors"));
+  fs::resize_file(path("cut.safetensors"), size - 7);
+  expect_refused(target, path("cut.safetensors"), "outside");
+
+  // And the good file still loads.
+  ck::TrainingState state = target.state();
+  EXPECT_NO_THROW(ck::load_checkpoint(path("good.safetensors"), state));
+  EXPECT_EQ(target.parameter_values(), source.parameter_values());
+}
+
+TEST_F(CheckpointFileTest, LoadModelFillsTheSameHandles) {
+  ag::manual_seed(8);
+  ag::nn::Linear a(4, 3), b(4, 3);
+  const ag::Tensor handle = b.weight;
+  ck::save_model(path("a.safetensors"), a);
+  ck::load_model(path("a.safetensors"), b);
+  EXPECT_TRUE(handle.is_same(b.weight));
+  EXPECT_EQ(b.weight.to_vector(), a.weight.to_vector());
+  EXPECT_EQ(b.bias.to_vector(), a.bias.to_vector());
+}
+
+}  // namespace

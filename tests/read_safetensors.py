@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Reads a safetensors file with the standard library only and prints one line per tensor:
+name dtype shape first-value. Exits non-zero if the file breaks the format."""
+import json
+import struct
+import sys
+
+SIZES = {"F16": 2, "F32": 4, "F64": 8}
+CODES = {"F16": "e", "F32": "f", "F64": "d"}
+
+with open(sys.argv[1], "rb") as f:
+    data = f.read()
+(n,) = struct.unpack("<Q", data[:8])
+header = json.loads(data[8:8 + n])
+body = data[8 + n:]
+ends = []
+for name, entry in sorted(header.items()):
+    if name == "__metadata__":
+        assert all(isinstance(v, str) for v in entry.values()), "metadata values must be strings"
+        continue
+    begin, end = entry["data_offsets"]
+    count = 1
+    for d in entry["shape"]:
+        count *= d
+    assert end - begin == count * SIZES[entry["dtype"]], name
+    ends.append((begin, end))
+    first = struct.unpack_from("<" + CODES[entry["dtype"]], body, begin)[0] if count else None
+    print(name, entry["dtype"], entry["shape"], repr(first))
+covered = 0
+for begin, end in sorted(ends):
+    assert begin == covered, "gap or overlap"
+    covered = end
+assert covered == len(body), "trailing bytes"
