@@ -19,7 +19,7 @@ struct TrainingState {
   nn::Module* model = nullptr;
   optim::Optimizer* optimizer = nullptr;
   amp::GradScaler* scaler = nullptr;
-  std::map<std::string, std::string> user_metadata;  // saved as given, returned by load
+  std::map<std::string, std::string> user_metadata = {};  // saved as given, returned by load
 };
 
 /// Saves the state and the global random generator's state to `path` (atomically).

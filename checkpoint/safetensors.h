@@ -12,8 +12,8 @@
 namespace ampgrad::checkpoint {
 
 struct NamedTensors {
-  std::vector<std::pair<std::string, Tensor>> tensors;  // saved in this order
-  std::map<std::string, std::string> metadata;          // the header's "__metadata__"
+  std::vector<std::pair<std::string, Tensor>> tensors = {};  // saved in this order
+  std::map<std::string, std::string> metadata = {};     // the header's "__metadata__"
 };
 
 /// Writes `contents` to `path` atomically: a temporary file in the same folder, flushed and

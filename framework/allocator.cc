@@ -9,6 +9,7 @@
 
 #if defined(AMPGRAD_WITH_CUDA)
 #include "framework/cuda/cuda_allocator.h"
+#include "framework/cuda/cuda_copy.h"
 #endif
 
 namespace ampgrad {
@@ -69,6 +70,23 @@ MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); 
 }  // namespace ampgrad
 
 namespace ampgrad {
+
+void synchronize(Device device) {
+  if (device == Device::kCPU) return;
+#if defined(AMPGRAD_WITH_CUDA)
+  cuda::synchronize();
+#else
+  allocator_for(device);  // throws the clear "no CUDA backend" error
+#endif
+}
+
+int64_t cuda_host_sync_count() {
+#if defined(AMPGRAD_WITH_CUDA)
+  return cuda::host_sync_count();
+#else
+  return 0;
+#endif
+}
 
 bool cuda_is_available() {
 #if defined(AMPGRAD_WITH_CUDA)

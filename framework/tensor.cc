@@ -1,6 +1,7 @@
 // Tensor handles, storage and factories.
 #include "framework/tensor.h"
 
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -205,7 +206,8 @@ Tensor randn(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor uniform(const Shape& shape, double low, double high, DType dtype, Device device) {
-  AG_CHECK(low <= high, "uniform: low ", low, " is greater than high ", high);
+  AG_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high,
+           "uniform: the bounds must be finite with low <= high, got low ", low, ", high ", high);
   return sampled(shape, dtype, device, [&] { return low + (high - low) * random::next_uniform(); });
 }
 

@@ -12,8 +12,8 @@ set -uo pipefail
 
 mode="${1:-}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# The CUDA test binaries (add benchmarks here as they appear).
-targets=(//tests:cuda_test)
+# The CUDA test and benchmark binaries.
+targets=(//tests:cuda_test //bench:cuda_bench)
 
 build() {
   local root out
@@ -26,7 +26,8 @@ build() {
   for t in "${targets[@]}"; do
     local path="bazel-bin/${t#//}"
     path="${path/://}"
-    cp -f "$path" "$out/bin/" && chmod u+w "$out/bin/$(basename "$path")"
+    cp -f "$path" "$out/bin/" || exit 1
+    chmod u+w "$out/bin/$(basename "$path")"
   done
   cp -f "$here/gpu_check.sh" "$out/gpu_check.sh"
   # The OpenMP runtime the CPU kernels use, in case the GPU machine lacks it.
@@ -62,7 +63,7 @@ run() {
     rc=$?
     secs=$(( $(date +%s) - start ))
     tail -n 40 "$log"
-    summary="$(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test' "$log" | tr '\n' ' ')"
+    summary="$(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test|^targets:' "$log" | tr '\n' ' ')"
     case $rc in
       0) status=ok ;;
       124) status=TIMEOUT; failed=1 ;;

@@ -1,11 +1,11 @@
-// One launch unscales and checks all of an optimizer's gradients. The host cuts every tensor into
-// chunks of kChunk elements and uploads a table of {grad, out, n, dtype}; block b handles chunk b.
+// Multi-tensor unscale + inf/NaN check: the host cuts every gradient into chunks of kChunk elements
+// and passes a table of {grad, out, n, dtype} by value as the kernel's argument (no upload, no
+// host sync); block b handles chunk b. One launch per kChunksPerLaunch chunks: one for most models.
 #include "amp/cuda/unscale_cuda.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include "framework/allocator.h"
-#include "framework/cuda/cuda_allocator.h"
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_device.h"
 #include "framework/error.h"
@@ -38,9 +38,15 @@ __device__ bool unscale_span(const T* g, float* out, int64_t n, double inv_scale
   return bad;
 }
 
-// chunks is (gridDim.x); found_inf is (1): set to 1 when any unscaled value is inf/NaN.
-__global__ void unscale_chunks_kernel(const Chunk* chunks, double inv_scale, float* found_inf) {
-  const Chunk c = chunks[blockIdx.x];
+// 96 chunks of 32 bytes stay under the 4 KiB kernel-parameter limit of every CUDA version.
+inline constexpr int kChunksPerLaunch = 96;
+struct ChunkTable {
+  Chunk chunks[kChunksPerLaunch];
+};
+
+// table.chunks is (gridDim.x) used entries; found_inf is (1): set to 1 when any unscaled value is inf/NaN.
+__global__ void unscale_chunks_kernel(const ChunkTable table, double inv_scale, float* found_inf) {
+  const Chunk c = table.chunks[blockIdx.x];
   bool bad = false;
   switch (c.dtype) {
     case DType::kFloat32: bad = unscale_span(static_cast<const float*>(c.grad), c.out, c.n, inv_scale); break;
@@ -72,17 +78,12 @@ void unscale_and_check_multi(const std::vector<Tensor>& grads, double inv_scale,
                         .dtype = g.dtype()});
     }
   }
-  if (!chunks.empty()) {
-    // The chunk table travels with the launch's stream order: upload, launch, release the block.
-    Allocator& alloc = ::ampgrad::cuda::caching_allocator();
-    const size_t nbytes = chunks.size() * sizeof(Chunk);
-    Chunk* table = static_cast<Chunk*>(alloc.allocate(nbytes));
-    AG_CUDA_CHECK(cudaMemcpy(table, chunks.data(), nbytes, cudaMemcpyHostToDevice));
-    // A grid dimension holds up to 2^31 - 1 blocks; kChunk keeps that far beyond any model here.
-    unscale_chunks_kernel<<<static_cast<unsigned int>(chunks.size()), kThreads>>>(table, inv_scale,
-                                                                                  found_inf.data<float>());
+  for (size_t first = 0; first < chunks.size(); first += kChunksPerLaunch) {
+    const size_t count = std::min<size_t>(kChunksPerLaunch, chunks.size() - first);
+    ChunkTable table{};
+    std::copy(chunks.begin() + first, chunks.begin() + first + count, table.chunks);
+    unscale_chunks_kernel<<<static_cast<unsigned int>(count), kThreads>>>(table, inv_scale, found_inf.data<float>());
     AG_CUDA_CHECK_LAUNCH();
-    alloc.deallocate(table, nbytes);
   }
   for (Tensor& o : outs) o.bump_version();
   found_inf.bump_version();

@@ -1,6 +1,8 @@
 // Copies with dtype conversion (conversion kernel on the device), fill and accumulate.
 #include "framework/cuda/cuda_copy.h"
 
+#include <atomic>
+
 #include "framework/allocator.h"
 #include "framework/cuda/cuda_allocator.h"
 #include "framework/cuda/cuda_check.h"
@@ -66,9 +68,21 @@ size_t bytes_of(DType dtype, int64_t n) {
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> host_syncs{0};
+}  // namespace
+
+int64_t host_sync_count() { return host_syncs.load(); }
+
+void synchronize() {
+  host_syncs.fetch_add(1);
+  AG_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void copy_raw(void* dst, DType dst_dtype, Device dst_device, const void* src, DType src_dtype, Device src_device,
               int64_t n) {
   if (n == 0) return;
+  if (dst_device == Device::kCPU) host_syncs.fetch_add(1);  // a device-to-host copy waits for the GPU
   const bool same = dst_dtype == src_dtype;
   if (src_device == Device::kCPU && dst_device == Device::kCUDA) {
     if (same) {

@@ -19,6 +19,11 @@ void fill_raw(void* dst, DType dtype, int64_t n, double value);
 /// dst[i] += src[i] in the compute type, rounded once.
 void accumulate_raw(void* dst, const void* src, DType dtype, int64_t n);
 
+/// Waits for all queued device work.
+void synchronize();
+/// How many times the host has waited for the GPU: synchronize() calls and device-to-host copies.
+int64_t host_sync_count();
+
 /// The hooks framework/copy.cc calls (element counts, shapes and dtypes already checked there).
 inline void copy(Tensor& dst, const Tensor& src) {
   copy_raw(dst.data_ptr(), dst.dtype(), dst.device(), src.data_ptr(), src.dtype(), src.device(), src.numel());
