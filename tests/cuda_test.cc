@@ -232,4 +232,65 @@ TEST(CudaTest, GradScalerWithOptimizersMatchesCpu) {
   }
 }
 
+TEST(CudaTest, AutocastOnCudaFollowsEachPolicy) {
+  SKIP_WITHOUT_CUDA();
+  ag::manual_seed(21);
+  ag::nn::Sequential model{ag::nn::Linear(8, 16), ag::nn::ReLU(), ag::nn::Linear(16, 1)};
+  model.to(ag::Device::kCUDA);
+  const ag::Tensor x = ag::randn({32, 8}, ag::DType::kFloat32, ag::Device::kCUDA);
+  const ag::Tensor y = ag::randn({32, 1}, ag::DType::kFloat32, ag::Device::kCUDA);
+  {
+    // A CPU guard leaves CUDA ops alone.
+    ag::amp::AutocastGuard cpu_only(ag::Device::kCPU, ag::DType::kFloat16);
+    EXPECT_EQ(model(x).dtype(), ag::DType::kFloat32);
+  }
+  ag::Tensor loss;
+  {
+    ag::amp::AutocastGuard autocast(ag::Device::kCUDA, ag::DType::kFloat16);
+    const ag::Tensor out = model(x);
+    EXPECT_EQ(out.dtype(), ag::DType::kFloat16);
+    EXPECT_EQ(out.device(), ag::Device::kCUDA);
+    loss = ag::ops::mse_loss(out, y);
+    EXPECT_EQ(loss.dtype(), ag::DType::kFloat32);
+    EXPECT_EQ(ag::ops::sum(out).dtype(), ag::DType::kFloat32);
+    EXPECT_EQ((out + y).dtype(), ag::DType::kFloat32);
+  }
+  loss.backward();
+  for (const ag::Tensor& p : model.parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().dtype(), ag::DType::kFloat32);  // FP32 parameters get FP32 gradients
+    EXPECT_EQ(p.grad().device(), ag::Device::kCUDA);
+  }
+}
+
+TEST(CudaTest, ModuleToCudaKeepsHandlesAndValues) {
+  SKIP_WITHOUT_CUDA();
+  ag::manual_seed(22);
+  ag::nn::Sequential model{ag::nn::Linear(3, 4), ag::nn::ReLU(), ag::nn::Linear(4, 2)};
+  const std::vector<ag::Tensor> before = model.parameters();
+  std::vector<std::vector<float>> values;
+  for (const ag::Tensor& p : before) values.push_back(p.to_vector());
+  model.to(ag::Device::kCUDA).to(ag::DType::kFloat16);
+  const std::vector<ag::Tensor> after = model.parameters();
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(after[i].is_same(before[i]));
+    EXPECT_EQ(after[i].device(), ag::Device::kCUDA);
+    expect_close(after[i].to_vector(), values[i], ag::DType::kFloat16, "parameter " + std::to_string(i));
+  }
+}
+
+TEST(CudaTest, CheckpointOfACudaModelRoundTrips) {
+  SKIP_WITHOUT_CUDA();
+  ag::manual_seed(23);
+  ag::nn::Linear a(5, 3), b(5, 3);
+  a.to(ag::Device::kCUDA);
+  b.to(ag::Device::kCUDA);
+  const std::string path = ::testing::TempDir() + "/cuda_model.safetensors";
+  ag::checkpoint::save_model(path, a);
+  ag::checkpoint::load_model(path, b);
+  EXPECT_EQ(b.weight.device(), ag::Device::kCUDA);
+  EXPECT_EQ(b.weight.to_vector(), a.weight.to_vector());
+  EXPECT_EQ(b.bias.to_vector(), a.bias.to_vector());
+}
+
 }  // namespace
