@@ -2,6 +2,7 @@
 #include "checkpoint/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -191,6 +192,11 @@ NamedTensors parse_safetensors(const std::string& bytes, const std::string& sour
 }
 
 NamedTensors load_safetensors(const std::string& path) {
+  // A folder opens as a stream whose "size" can be 2^63: refuse anything but a regular file.
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0) {
+    AG_CHECK(S_ISREG(info.st_mode), "load_safetensors(", path, "): not a regular file (a folder?)");
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   AG_CHECK(in.is_open(), "load_safetensors(", path, "): cannot open the file: ", std::strerror(errno));
   const std::streamsize size = in.tellg();

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/error.h"
 #include "framework/tensor.h"
 
 namespace ampgrad::nn {
@@ -65,7 +66,10 @@ class Sequential : public Module {
   Tensor forward(const Tensor& x) override;
   std::vector<std::pair<std::string, Tensor>> named_parameters() const override;
   size_t size() const { return modules_.size(); }
-  Module& operator[](size_t index) { return *modules_.at(index); }
+  Module& operator[](size_t index) {
+    AG_CHECK(index < modules_.size(), "Sequential[", index, "]: out of range for ", modules_.size(), " modules");
+    return *modules_[index];
+  }
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;

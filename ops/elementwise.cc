@@ -90,7 +90,9 @@ struct Affine {
   double alpha;
   double beta;
 
-  void check(const Tensor& x) const { AG_CHECK(x.defined(), kInfo.name, ": input is undefined"); }
+  void check(const Tensor& x) const {
+    AG_CHECK(x.defined(), kInfo.name, " (ops::scale, or a tensor-scalar operator such as x * 2.0f): input is undefined");
+  }
 
   Tensor forward(SavedTensors&, const Tensor& x) const {
     Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());

@@ -16,7 +16,7 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
-/// max(x, 0).
+/// max(x, 0); a NaN stays NaN (as in PyTorch), so it still reaches the loss.
 Tensor relu(const Tensor& x);
 
 /// Sum / mean of all elements, as a 0-dim tensor. Accumulates in FP32; autocast: float32.

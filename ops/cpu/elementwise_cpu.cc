@@ -65,7 +65,8 @@ void relu(const Tensor& x, Tensor& y) {
     using T = decltype(t);
     const T* in = x.data<T>();
     T* out = y.data<T>();
-    for (int64_t i = 0; i < y.numel(); ++i) out[i] = load(in[i]) > 0 ? in[i] : store<T>(0);
+    const int64_t n = y.numel();  // hoisted: an out-of-line call per element kept the loop scalar
+    for (int64_t i = 0; i < n; ++i) out[i] = !(load(in[i]) <= 0) ? in[i] : store<T>(0);  // NaN stays NaN
   });
 }
 
@@ -75,7 +76,8 @@ void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     const T* in = x.data<T>();
     const T* g = dy.data<T>();
     T* out = dx.data<T>();
-    for (int64_t i = 0; i < dx.numel(); ++i) out[i] = load(in[i]) > 0 ? g[i] : store<T>(0);
+    const int64_t n = dx.numel();
+    for (int64_t i = 0; i < n; ++i) out[i] = load(in[i]) > 0 ? g[i] : store<T>(0);
   });
 }
 

@@ -85,11 +85,11 @@ __global__ void affine_kernel(const T* src, int64_t ns, Compute<T> alpha, Comput
   }
 }
 
-// x, y are (n): y = x > 0 ? x : 0.
+// x, y are (n): y = x > 0 ? x : 0, and NaN stays NaN (as in PyTorch).
 template <typename T>
 __global__ void relu_kernel(const T* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = dload(x[i]) > 0 ? x[i] : dstore<T>(0);
+    y[i] = !(dload(x[i]) <= 0) ? x[i] : dstore<T>(0);
   }
 }
 
