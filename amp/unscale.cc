@@ -65,7 +65,8 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
   visit_dtype(grad.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* g = grad.data<T>();
-    for (int64_t i = 0; i < grad.numel(); ++i) {
+    const int64_t n = grad.numel();  // hoisted: an out-of-line call per element cost more than the math
+    for (int64_t i = 0; i < n; ++i) {
       const float v = static_cast<float>(static_cast<double>(load(g[i])) * inv_scale);
       found_inf |= !std::isfinite(v);
       o[i] = v;

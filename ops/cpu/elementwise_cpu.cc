@@ -2,9 +2,15 @@
 // Storage type T, compute type float (double for float64): store(op(load(a), load(b))).
 #include "ops/cpu/kernels_cpu.h"
 
+#include <type_traits>
+
 namespace ampgrad::kernels::cpu {
 
 namespace {
+
+// binary16 predicates on the bits (no conversion): +-0 and negatives are <= 0; NaN is neither.
+bool half_is_nan(Half h) { return (h.bits & 0x7fffu) > 0x7c00u; }
+bool half_is_nonpositive(Half h) { return (h.bits & 0x7fffu) == 0 || ((h.bits & 0x8000u) != 0 && !half_is_nan(h)); }
 
 template <typename T, typename F>
 void binary_typed(const T* a, int64_t na, const T* b, int64_t nb, T* out, int64_t n, F f) {
@@ -66,7 +72,12 @@ void relu(const Tensor& x, Tensor& y) {
     const T* in = x.data<T>();
     T* out = y.data<T>();
     const int64_t n = y.numel();  // hoisted: an out-of-line call per element kept the loop scalar
-    for (int64_t i = 0; i < n; ++i) out[i] = !(load(in[i]) <= 0) ? in[i] : store<T>(0);  // NaN stays NaN
+    if constexpr (std::is_same_v<T, Half>) {
+      // On the bits, so the loop vectorises: a negative non-NaN (sign set, magnitude <= inf) becomes +0.
+      for (int64_t i = 0; i < n; ++i) out[i] = half_is_nonpositive(in[i]) ? Half{} : in[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = !(load(in[i]) <= 0) ? in[i] : store<T>(0);  // NaN stays NaN
+    }
   });
 }
 
@@ -77,7 +88,12 @@ void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     const T* g = dy.data<T>();
     T* out = dx.data<T>();
     const int64_t n = dx.numel();
-    for (int64_t i = 0; i < n; ++i) out[i] = load(in[i]) > 0 ? g[i] : store<T>(0);
+    if constexpr (std::is_same_v<T, Half>) {
+      // x > 0 is "neither <= 0 nor NaN", on the bits as in relu.
+      for (int64_t i = 0; i < n; ++i) out[i] = half_is_nonpositive(in[i]) || half_is_nan(in[i]) ? Half{} : g[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = load(in[i]) > 0 ? g[i] : store<T>(0);
+    }
   });
 }
 
