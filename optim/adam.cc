@@ -52,7 +52,7 @@ void Adam::load_param_state(size_t index, const ParamState& in) {
   states_[index] = s;
 }
 
-void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
+Optimizer::ParamCopy Adam::update(size_t index, Tensor& master, const Tensor& grad) {
 #if !defined(AMPGRAD_WITH_CUDA)
   AG_CHECK(master.device() == Device::kCPU, "Adam: ", master.to_string(),
            " is on CUDA but this build has no CUDA backend");
@@ -86,10 +86,9 @@ void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
                                     .eps = eps, .l2 = l2, .decoupled = decoupled};
     cuda::adam_update(master.data<float>(), grad.data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
                       copy.defined() ? copy.data<Half>() : nullptr, n, scalars, /*found_inf=*/nullptr);
-    if (copy.defined()) mark_param_written();
     s.exp_avg.bump_version();
     s.exp_avg_sq.bump_version();
-    return;
+    return copy.defined() ? ParamCopy::kWritten : ParamCopy::kNeeded;
   }
 #endif
   float* w = master.data<float>();
@@ -105,6 +104,7 @@ void Adam::update(size_t index, Tensor& master, const Tensor& grad) {
   }
   s.exp_avg.bump_version();
   s.exp_avg_sq.bump_version();
+  return ParamCopy::kNeeded;
 }
 
 }  // namespace ampgrad::optim

@@ -78,13 +78,12 @@ void Optimizer::step() {
     const Tensor grad = fp32_grad(i);
     if (!grad.defined()) continue;
     Tensor master = master_of(i);
-    param_written_ = false;
-    update(i, master, grad);
+    const ParamCopy copy = update(i, master, grad);
     if (master.is_same(p)) {
       p.bump_version();  // updated in place
       continue;
     }
-    if (param_written_) {
+    if (copy == ParamCopy::kWritten) {
       p.bump_version();  // the fused kernel already wrote the rounded copy
     } else {
       copy_(p, master);  // round the FP32 master into the lower-precision parameter

@@ -56,8 +56,11 @@ class Optimizer {
   void load_state(const std::vector<ParamState>& state);
 
  protected:
+  /// Whether update() also wrote the lower-precision parameter (a fused kernel does), so step()
+  /// need not round the master into it.
+  enum class ParamCopy : bool { kNeeded, kWritten };
   /// The update rule for parameter `index`: `master` (FP32) -= f(grad, state).
-  virtual void update(size_t index, Tensor& master, const Tensor& grad) = 0;
+  virtual ParamCopy update(size_t index, Tensor& master, const Tensor& grad) = 0;
   /// Subclass state of parameter `index` (momentum, moments, step counts) for state()/load_state().
   virtual void save_param_state(size_t index, ParamState& out) const = 0;
   virtual void load_param_state(size_t index, const ParamState& in) = 0;
@@ -66,10 +69,9 @@ class Optimizer {
   Tensor loaded_tensor(size_t index, const ParamState& in, const std::string& key) const;
 
   /// For update(): the lower-precision parameter `index` when a fused kernel should write its
-  /// rounded copy in the same pass (else undefined), and the call that says it was written, so
-  /// step() skips its own copy. Used by the CUDA SGD/Adam kernels.
+  /// rounded copy in the same pass (then update() returns kWritten), else undefined. Used by the
+  /// CUDA SGD/Adam kernels.
   Tensor fused_param_copy(size_t index) const;
-  void mark_param_written() { param_written_ = true; }
   double lr_ = 0.0;
 
  private:
@@ -81,7 +83,6 @@ class Optimizer {
   // storage (held, so the address cannot be reused) and that storage's version.
   std::vector<Tensor> synced_storage_;
   std::vector<uint64_t> synced_version_;
-  bool param_written_ = false;  // set by update() through mark_param_written()
 };
 
 }  // namespace ampgrad::optim

@@ -31,11 +31,10 @@ void SGD::load_param_state(size_t index, const ParamState& in) {
   buffers_[index] = in.tensors.count("momentum_buffer") ? loaded_tensor(index, in, "momentum_buffer") : Tensor();
 }
 
-void SGD::update(size_t index, Tensor& master, const Tensor& grad) {
+Optimizer::ParamCopy SGD::update(size_t index, Tensor& master, const Tensor& grad) {
   if (master.device() == Device::kCUDA) {
 #if defined(AMPGRAD_WITH_CUDA)
-    update_cuda(index, master, grad);
-    return;
+    return update_cuda(index, master, grad);
 #else
     AG_FAIL("SGD: ", master.to_string(), " is on CUDA but this build has no CUDA backend");
 #endif
@@ -48,7 +47,7 @@ void SGD::update(size_t index, Tensor& master, const Tensor& grad) {
   const float one_minus_dampening = static_cast<float>(1.0 - options_.dampening);  // in double, as PyTorch
   if (momentum == 0.0f) {
     for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
-    return;
+    return ParamCopy::kNeeded;
   }
   Tensor& buffer = buffers_[index];
   const bool first = !buffer.defined();
@@ -59,10 +58,12 @@ void SGD::update(size_t index, Tensor& master, const Tensor& grad) {
     buf[i] = first ? d : momentum * buf[i] + one_minus_dampening * d;
     w[i] -= lr * (options_.nesterov ? d + momentum * buf[i] : buf[i]);
   }
+  buffer.bump_version();
+  return ParamCopy::kNeeded;
 }
 
 #if defined(AMPGRAD_WITH_CUDA)
-void SGD::update_cuda(size_t index, Tensor& master, const Tensor& grad) {
+Optimizer::ParamCopy SGD::update_cuda(size_t index, Tensor& master, const Tensor& grad) {
   // One fused kernel: master, momentum buffer and (for an FP16 parameter) its rounded copy.
   // The same test as the CPU loop (momentum rounded to float): a momentum that rounds to 0 means none.
   const bool with_momentum = static_cast<float>(options_.momentum) != 0.0f;
@@ -79,7 +80,7 @@ void SGD::update_cuda(size_t index, Tensor& master, const Tensor& grad) {
                    options_.nesterov ? cuda::Nesterov::kYes : cuda::Nesterov::kNo,
                    first ? cuda::FirstStep::kYes : cuda::FirstStep::kNo, /*found_inf=*/nullptr);
   if (with_momentum) buffer.bump_version();
-  if (copy.defined()) mark_param_written();
+  return copy.defined() ? ParamCopy::kWritten : ParamCopy::kNeeded;
 }
 #endif
 

@@ -24,10 +24,10 @@ class SGD : public Optimizer {
   const Tensor& momentum_buffer(size_t index) const { return buffers_.at(index); }
 
  protected:
-  void update(size_t index, Tensor& master, const Tensor& grad) override;
+  ParamCopy update(size_t index, Tensor& master, const Tensor& grad) override;
   void save_param_state(size_t index, ParamState& out) const override;
   void load_param_state(size_t index, const ParamState& in) override;
-  void update_cuda(size_t index, Tensor& master, const Tensor& grad);  // fused kernel (optim/cuda)
+  ParamCopy update_cuda(size_t index, Tensor& master, const Tensor& grad);  // fused kernel (optim/cuda)
 
  private:
   SGDOptions options_;
