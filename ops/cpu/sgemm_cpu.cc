@@ -1,0 +1,415 @@
+// Packed float GEMM (see sgemm_cpu.h). The loop nest is GotoBLAS's:
+//
+//   for each column block jc of c (all of it unless k * n is very large):
+//     pack b[:, jc] into kc x 16 panels                      (the pool shares them; L3)
+//     for each task (a range of rows and of 16-column panels), on the pool:
+//       for each k block pc:  pack a[rows, pc] into 6 x kc panels   (this thread's; L2)
+//         for each 16-column panel jr, for each 6-row panel ir:
+//           c[ir, jr] (+)= a_panel . b_panel                 (12 ymm accumulators; b panel in L1)
+//
+// Packing lays each panel out in the order the micro-kernel reads it, so the kernel does two
+// aligned loads and six broadcasts per 12 FMAs and nothing else. Packing is also where transposes
+// disappear and FP16 becomes float. Tiles at the edges of c run the same kernel on zero-padded
+// panels into a local 6 x 16 tile.
+#include "ops/cpu/sgemm_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "framework/half.h"
+#include "ops/cpu/parallel_cpu.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define AMPGRAD_SGEMM_AVX2 1
+#endif
+
+namespace ampgrad::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kMR = 6;   // tile rows: 6 x 2 accumulators + 2 b vectors + 1 broadcast = 15 of 16 ymm
+constexpr int64_t kNR = 16;  // tile columns: two 8-float vectors
+// k block: a 16 x 256 b panel (16 KB) stays in L1 while the 6-row a panels stream past it.
+constexpr int64_t kKC = 256;
+// m block: a 144 x 256 block of packed a (144 KB) stays in L2 while all of the b panels pass.
+constexpr int64_t kMCMax = 144;
+// Packed b is at most this many floats (8 MB, in L3); wider c is done in column blocks.
+constexpr int64_t kPackedBMax = int64_t{1} << 21;
+// Below this many FLOP a GEMM stays on the calling thread: waking a helper costs more than it saves.
+constexpr double kParallelFlop = 4e6;
+// Below this many FLOP (the seed model's 64 x 10 x 1) packing costs more than it saves: plain loops.
+constexpr double kDirectFlop = 16384;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+// A growable 64-byte-aligned float buffer, never value-initialised (packing overwrites it).
+class Buffer {
+ public:
+  float* get(int64_t n) {
+    if (n > capacity_) {
+      data_.reset(static_cast<float*>(::operator new[](static_cast<size_t>(n) * sizeof(float), std::align_val_t{64})));
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<float, Free> data_;
+  int64_t capacity_ = 0;
+};
+
+inline float load1(const float* p) { return *p; }
+inline float load1(const Half* p) { return half_to_float(*p); }
+
+#ifdef AMPGRAD_SGEMM_AVX2
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// Transposes the 8 x 8 block held in r[0..7] (rows) into columns, in place.
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m256 s[8];
+  for (int i = 0; i < 8; i += 4) {
+    s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+  }
+}
+#endif
+
+// ---- packing ---------------------------------------------------------------------------------
+
+// dst[p * 16 + j] = b(p0 + p, j0 + j) for p < kc, j < 16; columns j0 + j >= n_end are zero.
+template <typename T>
+void pack_b_panel(const T* b, int64_t rs, int64_t cs, int64_t p0, int64_t kc, int64_t j0, int64_t n_end,
+                  float* dst) {
+  const int64_t nr = std::min(kNR, n_end - j0);
+#ifdef AMPGRAD_SGEMM_AVX2
+  if (nr == kNR && cs == 1) {  // rows of b are contiguous: copy 16 at a time
+    for (int64_t p = 0; p < kc; ++p) {
+      const T* src = b + (p0 + p) * rs + j0;
+      _mm256_store_ps(dst + p * kNR, load8(src));
+      _mm256_store_ps(dst + p * kNR + 8, load8(src + 8));
+    }
+    return;
+  }
+  if (nr == kNR && rs == 1) {  // columns of b are contiguous (b is a transpose): 8 x 8 transposes
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+      for (int64_t half = 0; half < 2; ++half) {
+        __m256 r[8];
+        for (int q = 0; q < 8; ++q) r[q] = load8(b + (j0 + half * 8 + q) * cs + p0 + p);
+        transpose8(r);
+        for (int q = 0; q < 8; ++q) _mm256_store_ps(dst + (p + q) * kNR + half * 8, r[q]);
+      }
+    }
+    for (; p < kc; ++p) {
+      for (int64_t j = 0; j < kNR; ++j) dst[p * kNR + j] = load1(b + (j0 + j) * cs + p0 + p);
+    }
+    return;
+  }
+#endif
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t j = 0; j < kNR; ++j) {
+      dst[p * kNR + j] = j < nr ? load1(b + (p0 + p) * rs + (j0 + j) * cs) : 0.0f;
+    }
+  }
+}
+
+// dst[p * 6 + i] = a(i0 + i, p0 + p) for p < kc, i < 6; rows i0 + i >= m_end are zero. a has
+// m_rows rows in all. dst has room for two floats past 6 * kc (the vector paths store 8 at a time).
+template <typename T>
+void pack_a_panel(const T* a, int64_t rs, int64_t cs, int64_t i0, int64_t m_end, int64_t m_rows, int64_t p0,
+                  int64_t kc, float* dst) {
+  const int64_t mr = std::min(kMR, m_end - i0);
+#ifdef AMPGRAD_SGEMM_AVX2
+  if (mr == kMR && rs == 1 && i0 + 8 <= m_rows) {  // columns of a are contiguous (a is a transpose)
+    // Each store writes the panel's 6 values and 2 that the next store (or the next panel) overwrites.
+    for (int64_t p = 0; p < kc; ++p) _mm256_storeu_ps(dst + p * kMR, load8(a + (p0 + p) * cs + i0));
+    return;
+  }
+  if (mr == kMR && cs == 1) {  // rows of a are contiguous: 8 k at a time, 6 rows + 2 zero rows transposed
+    int64_t p = 0;
+    for (; p + 8 <= kc; p += 8) {
+      __m256 r[8];
+      for (int i = 0; i < kMR; ++i) r[i] = load8(a + (i0 + i) * rs + p0 + p);
+      r[6] = r[7] = _mm256_setzero_ps();
+      transpose8(r);
+      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(dst + (p + q) * kMR, r[q]);
+    }
+    for (; p < kc; ++p) {
+      for (int64_t i = 0; i < kMR; ++i) dst[p * kMR + i] = load1(a + (i0 + i) * rs + p0 + p);
+    }
+    return;
+  }
+#endif
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t i = 0; i < kMR; ++i) {
+      dst[p * kMR + i] = i < mr ? load1(a + (i0 + i) * rs + (p0 + p) * cs) : 0.0f;
+    }
+  }
+}
+
+// ---- the micro-kernel ------------------------------------------------------------------------
+
+// c[6 x 16] = init + a_panel . b_panel over kc. init is null (zero) or 6 rows of 16 at
+// init + i * init_ld (init_ld 0 repeats one row: the bias); init may alias c.
+#ifdef AMPGRAD_SGEMM_AVX2
+// Not inlined: inside the driver GCC runs short of registers and reloads b for every FMA, which
+// saturates the load ports (-10% measured).
+[[gnu::noinline]] void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
+                                    const float* init, int64_t init_ld, float* c, int64_t ldc) {
+  for (int i = 0; i < kMR; ++i) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+  __m256 acc[kMR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < kMR; ++i) {
+    acc[i][0] = init ? _mm256_loadu_ps(init + i * init_ld) : _mm256_setzero_ps();
+    acc[i][1] = init ? _mm256_loadu_ps(init + i * init_ld + 8) : _mm256_setzero_ps();
+  }
+#pragma GCC unroll 4
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m256 b0 = _mm256_load_ps(b + p * kNR);
+    const __m256 b1 = _mm256_load_ps(b + p * kNR + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < kMR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + p * kMR + i);
+      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < kMR; ++i) {
+    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+  }
+}
+#else
+void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, const float* init,
+                  int64_t init_ld, float* c, int64_t ldc) {
+  float acc[kMR][kNR];
+  for (int64_t i = 0; i < kMR; ++i) {
+    for (int64_t j = 0; j < kNR; ++j) acc[i][j] = init ? init[i * init_ld + j] : 0.0f;
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t i = 0; i < kMR; ++i) {
+      for (int64_t j = 0; j < kNR; ++j) acc[i][j] += a[p * kMR + i] * b[p * kNR + j];
+    }
+  }
+  for (int64_t i = 0; i < kMR; ++i) std::memcpy(c + i * ldc, acc[i], sizeof(acc[i]));
+}
+#endif
+
+// ---- the driver ------------------------------------------------------------------------------
+
+struct Problem {
+  int64_t m, n, k;
+  MatrixView a, b;
+  const float* bias;
+  float* c_float;  // float result, or float partial sums of a Half result when k spans several blocks
+  Half* c_half;    // Half result, or null
+  int64_t kc;      // k block size (k is cut into equal blocks of at most kKC)
+};
+
+// Rows of a finished tile leave for the Half result, rounded once (F16C where available).
+void store_half_rows(const float* tile, int64_t mr, int64_t nr, Half* c, int64_t ldc) {
+  for (int64_t r = 0; r < mr; ++r) float_to_half(tile + r * kNR, c + r * ldc, static_cast<size_t>(nr));
+}
+
+// A 6 x 16 tile of c at (i, j) with mr x nr valid entries, for k block [p0, p0 + kc). The first
+// k block starts from the bias (or zero), later ones from the float partial sums in c_float;
+// the last block of a Half result rounds the sums into c_half.
+void compute_tile(const Problem& pb, const float* a_panel, const float* b_panel, int64_t i, int64_t j, int64_t mr,
+                  int64_t nr, int64_t p0, int64_t kc) {
+  const bool first = p0 == 0, last = p0 + kc == pb.k;
+  const bool to_half = last && pb.c_half != nullptr;
+  const int64_t n = pb.n;
+  float* partial = first && to_half ? nullptr : pb.c_float + i * n + j;  // null: no float sums kept
+  alignas(32) float tile[kMR * kNR];
+  if (mr == kMR && nr == kNR) {  // the common case: straight from and into c
+    const float* init = first ? (pb.bias ? pb.bias + j : nullptr) : partial;
+    const int64_t init_ld = first ? 0 : n;
+    if (!to_half) return micro_kernel(kc, a_panel, b_panel, init, init_ld, partial, n);
+    micro_kernel(kc, a_panel, b_panel, init, init_ld, tile, kNR);
+    return store_half_rows(tile, mr, nr, pb.c_half + i * n + j, n);
+  }
+  // An edge tile: the kernel works on a zero-padded 6 x 16 copy.
+  const float* init = nullptr;
+  int64_t init_ld = 0;
+  if (!first) {
+    std::fill(tile, tile + kMR * kNR, 0.0f);
+    for (int64_t r = 0; r < mr; ++r) std::copy_n(partial + r * n, nr, tile + r * kNR);
+    init = tile, init_ld = kNR;
+  } else if (pb.bias != nullptr) {
+    std::fill(tile, tile + kNR, 0.0f);
+    std::copy_n(pb.bias + j, nr, tile);
+    init = tile, init_ld = 0;
+  }
+  micro_kernel(kc, a_panel, b_panel, init, init_ld, tile, kNR);
+  if (to_half) return store_half_rows(tile, mr, nr, pb.c_half + i * n + j, n);
+  for (int64_t r = 0; r < mr; ++r) std::copy_n(tile + r * kNR, nr, partial + r * n);
+}
+
+template <typename T>
+void pack_a_block(const Problem& pb, int64_t i0, int64_t i1, int64_t p0, int64_t kc, float* dst) {
+  const T* a = static_cast<const T*>(pb.a.data);
+  for (int64_t i = i0; i < i1; i += kMR) {
+    pack_a_panel(a, pb.a.row_stride, pb.a.col_stride, i, i1, pb.m, p0, kc, dst + (i - i0) * kc);
+  }
+}
+
+// Panels [jr0, jr1) of the column block at jc, all of k. When b's rows are contiguous, groups of 8
+// rows go across all the panels, so the source is read along its rows; panel by panel read one
+// 64-byte piece per row, each on a new page (the step spent 8% of its time there, mostly stalled).
+// When b's columns are contiguous, panel by panel is the sequential order.
+template <typename T>
+void pack_b_panels(const Problem& pb, int64_t jc, int64_t nc_pad, int64_t n_end, int64_t jr0, int64_t jr1,
+                   float* b_packed) {
+  const T* b = static_cast<const T*>(pb.b.data);
+  const int64_t rs = pb.b.row_stride, cs = pb.b.col_stride;
+  for (int64_t p0 = 0; p0 < pb.k; p0 += pb.kc) {
+    const int64_t kc = std::min(pb.kc, pb.k - p0);
+    float* block = b_packed + p0 * nc_pad;
+    if (cs == 1) {
+      for (int64_t p = 0; p < kc; p += 8) {
+        for (int64_t jr = jr0; jr < jr1; jr += kNR) {
+          pack_b_panel(b, rs, cs, p0 + p, std::min<int64_t>(8, kc - p), jc + jr, n_end, block + jr * kc + p * kNR);
+        }
+      }
+    } else {
+      for (int64_t jr = jr0; jr < jr1; jr += kNR) pack_b_panel(b, rs, cs, p0, kc, jc + jr, n_end, block + jr * kc);
+    }
+  }
+}
+
+// Rows [i0, i1) x panels [jr0, jr1) of the column block at jc, all of k.
+void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, int64_t nc_pad, int64_t i0, int64_t i1,
+              int64_t jr0, int64_t jr1) {
+  thread_local Buffer a_buffer;
+  const int64_t mc_max = std::min(kMCMax, round_up(i1 - i0, kMR));
+  float* a_packed = a_buffer.get(mc_max * pb.kc + 2);
+  for (int64_t ic = i0; ic < i1; ic += kMCMax) {
+    const int64_t mc = std::min(kMCMax, i1 - ic);
+    for (int64_t p0 = 0; p0 < pb.k; p0 += pb.kc) {
+      const int64_t kc = std::min(pb.kc, pb.k - p0);
+      if (pb.a.half) {
+        pack_a_block<Half>(pb, ic, ic + mc, p0, kc, a_packed);
+      } else {
+        pack_a_block<float>(pb, ic, ic + mc, p0, kc, a_packed);
+      }
+      for (int64_t jr = jr0; jr < jr1; jr += kNR) {
+        const float* b_panel = b_packed + p0 * nc_pad + jr * kc;
+        const int64_t nr = std::min(kNR, nc - jr);
+        for (int64_t ir = 0; ir < mc; ir += kMR) {
+          compute_tile(pb, a_packed + ir * kc, b_panel, ic + ir, jc + jr, std::min(kMR, mc - ir), nr, p0, kc);
+        }
+      }
+    }
+  }
+}
+
+// The same sums as the packed path, in the same order (bias or zero, then one FMA per k in turn),
+// so the result is bit for bit the one the packed kernel gives.
+void sgemm_direct(const Problem& pb) {
+  const auto* a = static_cast<const float*>(pb.a.data);
+  const auto* b = static_cast<const float*>(pb.b.data);
+  for (int64_t i = 0; i < pb.m; ++i) {
+    for (int64_t j = 0; j < pb.n; ++j) {
+      float acc = pb.bias ? pb.bias[j] : 0.0f;
+      for (int64_t p = 0; p < pb.k; ++p) {
+        acc = std::fma(a[i * pb.a.row_stride + p * pb.a.col_stride], b[p * pb.b.row_stride + j * pb.b.col_stride], acc);
+      }
+      if (pb.c_half) {
+        pb.c_half[i * pb.n + j] = float_to_half(acc);
+      } else {
+        pb.c_float[i * pb.n + j] = acc;
+      }
+    }
+  }
+}
+
+// Half operands are widened first (F16C, 8 at a time): converting each element once per use, one
+// call at a time, cost more than the whole float product.
+void run_direct(Problem pb) {
+  thread_local Buffer a_wide, b_wide;
+  const auto widen = [](MatrixView& v, int64_t rows, int64_t cols, Buffer& buffer) {
+    if (!v.half) return;
+    const int64_t span = rows == 0 || cols == 0 ? 0 : (rows - 1) * v.row_stride + (cols - 1) * v.col_stride + 1;
+    float* wide = buffer.get(span);
+    half_to_float(static_cast<const Half*>(v.data), wide, static_cast<size_t>(span));
+    v = {wide, false, v.row_stride, v.col_stride};
+  };
+  widen(pb.a, pb.m, pb.k, a_wide);
+  widen(pb.b, pb.k, pb.n, b_wide);
+  sgemm_direct(pb);
+}
+
+}  // namespace
+
+void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const float* bias, void* c,
+           bool c_half) {
+  if (m == 0 || n == 0) return;
+  Problem pb{m, n, k, a, b, bias, nullptr, nullptr, 0};
+  if (c_half) {
+    pb.c_half = static_cast<Half*>(c);
+  } else {
+    pb.c_float = static_cast<float*>(c);
+  }
+  if (2.0 * m * n * k < kDirectFlop) return run_direct(pb);  // k = 0 included: c is the bias, or zero
+
+  // Equal k blocks: 784 becomes 4 x 196, not 3 x 256 + 16 (a short block pays the c traffic for little work).
+  pb.kc = ceil_div(k, ceil_div(k, kKC));
+  thread_local Buffer b_buffer, partial_buffer;
+  if (c_half && k > pb.kc) pb.c_float = partial_buffer.get(m * n);  // float partial sums until the last k block
+
+  const int threads = 2.0 * m * n * k >= kParallelFlop ? pool_threads() : 1;
+  const int64_t nc_max = std::max(kNR, kPackedBMax / k / kNR * kNR);
+  for (int64_t jc = 0; jc < n; jc += nc_max) {
+    const int64_t nc = std::min(nc_max, n - jc), nc_pad = round_up(nc, kNR);
+    float* b_packed = b_buffer.get(k * nc_pad);
+    const int64_t panels = nc_pad / kNR;
+    const int64_t pack_chunks = threads > 1 && k * nc >= (int64_t{1} << 16) ? std::min<int64_t>(panels, 4 * threads) : 1;
+    parallel_for(pack_chunks, [&](int64_t chunk) {
+      const int64_t per = ceil_div(panels, pack_chunks);
+      const int64_t jr0 = chunk * per * kNR, jr1 = std::min(panels, (chunk + 1) * per) * kNR;
+      if (pb.b.half) {
+        pack_b_panels<Half>(pb, jc, nc_pad, jc + nc, jr0, jr1, b_packed);
+      } else {
+        pack_b_panels<float>(pb, jc, nc_pad, jc + nc, jr0, jr1, b_packed);
+      }
+    });
+
+    // Two tasks per thread, so a core that is busy elsewhere delays only its share. Rows are split
+    // first (each row range packs its own a); panels only when there are too few rows.
+    const int64_t want = threads > 1 ? 2 * threads : 1;
+    const int64_t row_parts = std::min(want, ceil_div(m, kMR));
+    const int64_t rows_per = round_up(ceil_div(m, row_parts), kMR);
+    const int64_t row_tasks = ceil_div(m, rows_per);
+    const int64_t panel_parts = std::min(panels, ceil_div(want, row_tasks));
+    const int64_t panels_per = ceil_div(panels, panel_parts);
+    const int64_t panel_tasks = ceil_div(panels, panels_per);
+    parallel_for(row_tasks * panel_tasks, [&](int64_t task) {
+      const int64_t i0 = (task / panel_tasks) * rows_per, jr0 = (task % panel_tasks) * panels_per * kNR;
+      run_task(pb, b_packed, jc, nc, nc_pad, i0, std::min(m, i0 + rows_per), jr0, std::min(nc_pad, jr0 + panels_per * kNR));
+    });
+  }
+}
+
+}  // namespace ampgrad::kernels::cpu

@@ -1,0 +1,24 @@
+// The CPU's float GEMM: a packed, cache-blocked GEMM in the GotoBLAS/BLIS style with an AVX2/FMA
+// 6x16 register tile, spread over the CPU pool (parallel_cpu.h). FP16 operands are widened while
+// they are packed and an FP16 result is rounded once from the float sum, so FP16 costs the same
+// arithmetic as FP32 plus O(n^2) conversions, never an O(n^3) one.
+#pragma once
+
+#include <cstdint>
+
+namespace ampgrad::kernels::cpu {
+
+/// A read-only matrix: element (i, j) is data[i * row_stride + j * col_stride], stored as float,
+/// or as Half when `half`. A transpose is the same data with the strides swapped.
+struct MatrixView {
+  const void* data = nullptr;
+  bool half = false;
+  int64_t row_stride = 0, col_stride = 0;
+};
+
+/// c = a b (+ bias[n] added to every row), for a [m, k] and b [k, n], accumulated in float. c is
+/// row-major [m, n]: float, or Half (`c_half`) rounded once from the float sum. bias may be null.
+void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const float* bias, void* c,
+           bool c_half);
+
+}  // namespace ampgrad::kernels::cpu

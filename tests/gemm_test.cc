@@ -1,0 +1,159 @@
+// The CPU GEMM kernel behind linear and matmul, against a float64 reference: every transpose,
+// FP32 and FP16, with and without bias, over shapes that hit the kernel's edges (partial 6 x 16
+// tiles, k split into several blocks, c split into column blocks, k = 0), and its result must not
+// depend on the thread count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "ampgrad.h"
+#include "ops/kernels.h"
+#include "test_util.h"
+
+namespace ampgrad::kernels {
+void PrintTo(Transpose t, std::ostream* os) { *os << (t == Transpose::kYes ? "transposed" : "as stored"); }
+}  // namespace ampgrad::kernels
+
+namespace ag = ampgrad;
+namespace agt = ampgrad::test;
+using ag::DType;
+using ag::Tensor;
+using ag::kernels::Transpose;
+
+namespace {
+
+struct Case {
+  int64_t m, n, k;
+};
+
+// Stored shape of op(x) = [rows, cols].
+std::vector<int64_t> stored(int64_t rows, int64_t cols, Transpose t) {
+  return t == Transpose::kYes ? std::vector<int64_t>{cols, rows} : std::vector<int64_t>{rows, cols};
+}
+
+// Element (i, j) of op(x) for x stored row-major as given.
+double at(const std::vector<double>& x, const std::vector<int64_t>& shape, Transpose t, int64_t i, int64_t j) {
+  return t == Transpose::kYes ? x[j * shape[1] + i] : x[i * shape[1] + j];
+}
+
+struct Result {
+  Tensor out;
+  std::vector<double> expected;
+  double magnitude;  // largest sum of |terms| of an element, for the tolerance of cancelling sums
+};
+
+Result run(const Case& c, DType dtype, Transpose ta, Transpose tb, bool with_bias, uint64_t seed) {
+  const auto a_shape = stored(c.m, c.k, ta), b_shape = stored(c.k, c.n, tb);
+  const Tensor a = Tensor::from_vector(agt::random_values(c.m * c.k, -1, 1, seed), a_shape, dtype);
+  const Tensor b = Tensor::from_vector(agt::random_values(c.k * c.n, -1, 1, seed + 1), b_shape, dtype);
+  const Tensor bias =
+      with_bias ? Tensor::from_vector(agt::random_values(c.n, -1, 1, seed + 2), {c.n}, dtype) : Tensor();
+  // The reference reads the stored (already rounded) values, so it is the exact product of what the kernel saw.
+  const std::vector<double> av = a.to_double_vector(), bv = b.to_double_vector();
+  const std::vector<double> biasv = with_bias ? bias.to_double_vector() : std::vector<double>(c.n, 0.0);
+  Result r{ag::full({c.m, c.n}, std::nan(""), dtype), std::vector<double>(c.m * c.n), 1.0};
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double sum = biasv[j], size = std::abs(biasv[j]);
+      for (int64_t p = 0; p < c.k; ++p) {
+        const double term = at(av, a_shape, ta, i, p) * at(bv, b_shape, tb, p, j);
+        sum += term;
+        size += std::abs(term);
+      }
+      r.expected[i * c.n + j] = sum;
+      r.magnitude = std::max(r.magnitude, size);
+    }
+  }
+  ag::kernels::gemm(a, ta, b, tb, bias, r.out);
+  return r;
+}
+
+// FP32: a float sum of k terms. FP16: the same float sum rounded once to half, whose rounding
+// (eps/2 relative) dwarfs the float error, so a tolerance of one rounding: an FP16 accumulation
+// or a missing term would fail it.
+agt::Tol tolerance(DType dtype, int64_t k, double magnitude) {
+  return dtype == DType::kFloat16 ? agt::Tol{1, 1.0} : agt::Tol{k, magnitude};
+}
+
+using Param = std::tuple<DType, Transpose, Transpose, bool>;
+
+class GemmTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(GemmTest, MatchesFloat64Reference) {
+  const auto [dtype, ta, tb, with_bias] = GetParam();
+  // 1x1x1; partial tiles in both directions; exact tiles; k just over one block (257) and over
+  // several (600: three equal blocks); m, n and k all ragged and large enough to run in parallel.
+  const Case cases[] = {{1, 1, 1}, {5, 17, 3}, {6, 16, 256}, {7, 33, 257}, {13, 31, 600}, {130, 200, 530}};
+  uint64_t seed = 10;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " k " << c.k);
+    const Result r = run(c, dtype, ta, tb, with_bias, seed += 3);
+    EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
+  }
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const auto [dtype, ta, tb, with_bias] = info.param;
+  return std::string(ag::dtype_name(dtype)) + (ta == Transpose::kYes ? "_aT" : "_a") +
+         (tb == Transpose::kYes ? "_bT" : "_b") + (with_bias ? "_bias" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLayouts, GemmTest,
+                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16),
+                                            ::testing::Values(Transpose::kNo, Transpose::kYes),
+                                            ::testing::Values(Transpose::kNo, Transpose::kYes), ::testing::Bool()),
+                         param_name);
+
+TEST(Gemm, WideOutputIsDoneInColumnBlocks) {
+  // k * n above the packed-b budget (2^21 floats) makes the kernel cut c into column blocks.
+  const Case c{9, 1100, 2100};
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    const Result r = run(c, dtype, Transpose::kNo, Transpose::kYes, true, 77);
+    EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
+  }
+}
+
+TEST(Gemm, EmptyInnerDimensionGivesTheBias) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    const Result with_bias = run({3, 20, 0}, dtype, Transpose::kNo, Transpose::kNo, true, 5);
+    EXPECT_CLOSE(with_bias.out, with_bias.expected, dtype);
+    const Result without = run({3, 20, 0}, dtype, Transpose::kYes, Transpose::kNo, false, 5);
+    EXPECT_EQ(without.out.to_double_vector(), std::vector<double>(60, 0.0));
+  }
+}
+
+TEST(Gemm, SmallProductsGiveTheSameBitsAsLargeOnes) {
+  // A row on its own is small enough for the kernel's plain-loop path; inside a 200-row product it
+  // goes through the packed path. Both sum bias-then-k in order with FMAs, so the bits agree.
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    const Tensor a = Tensor::from_vector(agt::random_values(200 * 300, -1, 1, 3), {200, 300}, dtype);
+    const Tensor b = Tensor::from_vector(agt::random_values(300 * 20, -1, 1, 4), {20, 300}, dtype);
+    const Tensor bias = Tensor::from_vector(agt::random_values(20, -1, 1, 5), {20}, dtype);
+    Tensor all = ag::zeros({200, 20}, dtype), row = ag::zeros({1, 20}, dtype);
+    ag::kernels::gemm(a, Transpose::kNo, b, Transpose::kYes, bias, all);
+    const std::vector<double> a_values = a.to_double_vector();
+    const std::vector<double> first(a_values.begin(), a_values.begin() + 300);
+    ag::kernels::gemm(Tensor::from_vector(first, {1, 300}, dtype), Transpose::kNo, b, Transpose::kYes, bias, row);
+    const std::vector<double> all_values = all.to_double_vector();
+    EXPECT_EQ(row.to_double_vector(), std::vector<double>(all_values.begin(), all_values.begin() + 20));
+  }
+}
+
+TEST(Gemm, ResultDoesNotDependOnTheThreadCount) {
+  // Each element is summed by one tile in one fixed k order, whichever thread runs the tile.
+  const int before = ag::num_threads();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    std::vector<std::vector<double>> results;
+    for (int threads : {1, 2, 3}) {
+      ag::set_num_threads(threads);
+      results.push_back(run({301, 97, 700}, dtype, Transpose::kYes, Transpose::kNo, true, 9).out.to_double_vector());
+    }
+    EXPECT_EQ(results[0], results[1]);
+    EXPECT_EQ(results[0], results[2]);
+  }
+  ag::set_num_threads(before);
+}
+
+}  // namespace
