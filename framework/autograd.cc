@@ -3,7 +3,7 @@
 #include "framework/autograd.h"
 
 #include <algorithm>
-#include <unordered_map>
+#include <atomic>
 
 #include "framework/copy.h"
 #include "framework/error.h"
@@ -20,23 +20,34 @@ bool GradMode::is_enabled() { return grad_mode_enabled; }
 void GradMode::set_enabled(bool enabled) { grad_mode_enabled = enabled; }
 
 void SavedTensors::save(const Tensor& tensor) {
-  tensors_.push_back(tensor.defined() ? tensor.detach() : Tensor());
-  versions_.push_back(tensor.defined() ? tensor.version() : 0);
+  AG_CHECK(count_ < kMaxSaved, "internal: ", op_name_, " saves more than ", kMaxSaved, " tensors");
+  Entry& entry = entries_[count_++];
+  entry.tensor = tensor;
+  if (tensor.defined()) {
+    entry.storage = tensor.impl()->storage;
+    entry.version = tensor.version();
+  }
 }
 
 const Tensor& SavedTensors::operator[](size_t index) const {
   AG_CHECK(!released_, "backward of ", op_name_, " was called after its saved tensors were freed: this ",
            "graph was already consumed by a backward(); hint: pass RetainGraph::kYes to the first backward ",
            "to backpropagate through the same graph again");
-  const Tensor& tensor = tensors_.at(index);
-  AG_CHECK(!tensor.defined() || tensor.version() == versions_[index], "a tensor ", tensor.to_string(),
-           " saved for the backward of ", op_name_, " was modified in place (version ", tensor.version(),
-           ", saved at version ", versions_[index], "); hint: run optimizer.step() only after backward()");
+  AG_CHECK(index < count_, "internal: ", op_name_, " reads saved tensor ", index, " of ", count_);
+  const Entry& entry = entries_[index];
+  const Tensor& tensor = entry.tensor;
+  if (!tensor.defined()) return tensor;
+  AG_CHECK(tensor.impl()->storage == entry.storage, "a tensor ", tensor.to_string(), " saved for the backward of ",
+           op_name_, " had its data replaced (set_data, Module::to or a load) before backward; hint: change ",
+           "parameters only between steps, after backward()");
+  AG_CHECK(tensor.version() == entry.version, "a tensor ", tensor.to_string(), " saved for the backward of ",
+           op_name_, " was modified in place (version ", tensor.version(), ", saved at version ", entry.version,
+           "); hint: run optimizer.step() only after backward()");
   return tensor;
 }
 
 void SavedTensors::release() {
-  tensors_.clear();
+  for (size_t i = 0; i < count_; ++i) entries_[i] = Entry{};
   released_ = true;
 }
 
@@ -51,36 +62,24 @@ Edge edge_to(const Tensor& input) {
 
 namespace {
 
-void accumulate_into_leaf(TensorImpl& leaf, const Tensor& grad) {
-  Tensor g = grad;
+// A first gradient that nothing else can see (no other handle, no shared storage, no history)
+// becomes the leaf's grad as it is, as in PyTorch; anything else is copied, since it may be shared
+// with other consumers. Taking it saves a full copy of every weight gradient per step.
+void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad) {
+  Tensor g = std::move(grad);
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);  // a leaf's gradient has the leaf's dtype
-  if (!leaf.grad.defined()) {
-    // Own a fresh buffer: the incoming gradient may be shared with other consumers.
-    Tensor fresh = Tensor::empty(leaf.shape, leaf.dtype, leaf.storage->device);
-    copy_(fresh, g);
-    leaf.grad = fresh;
-  } else {
-    accumulate_(leaf.grad, g);
+  if (leaf.grad.defined()) return accumulate_(leaf.grad, g);
+  const TensorImpl& gi = *g.impl();
+  const bool unshared = g.impl_ptr().use_count() == 1 && gi.storage.use_count() == 1 && !gi.grad_fn &&
+                        !gi.requires_grad && !gi.master.defined() && !gi.grad.defined() && gi.shape == leaf.shape &&
+                        gi.storage->device == leaf.storage->device;
+  if (unshared) {
+    leaf.grad = std::move(g);
+    return;
   }
-}
-
-// Every node reachable from `root`, sorted so that each runs after all nodes that feed it grads.
-std::vector<Node*> nodes_in_replay_order(Node* root) {
-  std::vector<Node*> order;
-  std::vector<Node*> stack{root};
-  std::unordered_map<Node*, bool> seen{{root, true}};
-  while (!stack.empty()) {
-    Node* node = stack.back();
-    stack.pop_back();
-    order.push_back(node);
-    for (const Edge& edge : node->next_edges) {
-      if (edge.node && seen.emplace(edge.node.get(), true).second) stack.push_back(edge.node.get());
-    }
-  }
-  // A node's inputs were recorded before it, so descending sequence numbers are a valid
-  // topological order: this is replaying the tape backwards.
-  std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->sequence_nr() > b->sequence_nr(); });
-  return order;
+  Tensor fresh = Tensor::empty(leaf.shape, leaf.dtype, leaf.storage->device);
+  copy_(fresh, g);
+  leaf.grad = fresh;
 }
 
 }  // namespace
@@ -102,36 +101,65 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
 
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
   if (!root.grad_fn()) {
-    accumulate_into_leaf(*root.impl(), seed);
+    accumulate_into_leaf(*root.impl(), std::move(seed));
     return;
   }
-  std::unordered_map<Node*, Tensor> pending{{root.grad_fn().get(), seed}};
-  for (Node* node : nodes_in_replay_order(root.grad_fn().get())) {
-    auto it = pending.find(node);
-    if (it == pending.end()) continue;  // nothing flowed into it (its consumers had no grad for it)
-    const Tensor grad_output = std::move(it->second);
-    pending.erase(it);
-    std::vector<Tensor> grad_inputs = node->backward(grad_output);
-    AG_CHECK(grad_inputs.size() == node->next_edges.size(), "internal: ", node->name(), " returned ",
-             grad_inputs.size(), " gradients for ", node->next_edges.size(), " inputs");
-    for (size_t i = 0; i < grad_inputs.size(); ++i) {
-      const Edge& edge = node->next_edges[i];
-      Tensor& g = grad_inputs[i];
-      if (!g.defined()) continue;
-      if (edge.leaf) {
-        accumulate_into_leaf(*edge.leaf, g);
-      } else if (edge.node) {
-        auto [slot, inserted] = pending.try_emplace(edge.node.get(), g);
-        if (!inserted) {
-          // Two consumers: sum into a fresh buffer (either gradient may alias another tensor).
-          Tensor sum = Tensor::empty(slot->second.shape(), slot->second.dtype(), slot->second.device());
-          copy_(sum, slot->second);
-          accumulate_(sum, g);
-          slot->second = sum;
-        }
+  // Every node reachable from the root, sorted so that each runs after all nodes that feed it
+  // grads. A node's inputs were recorded before it, so descending sequence numbers are a valid
+  // topological order: this is replaying the tape backwards.
+  static std::atomic<uint64_t> passes{0};
+  const uint64_t pass = ++passes;
+  Node* root_node = root.grad_fn().get();
+  thread_local std::vector<Node*> order, stack;  // reused: no allocations in a steady loop
+  order.clear();
+  stack.assign(1, root_node);
+  root_node->visited_pass_ = pass;
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    order.push_back(node);
+    for (const Edge& edge : node->next_edges) {
+      if (edge.node && edge.node->visited_pass_ != pass) {
+        edge.node->visited_pass_ = pass;
+        stack.push_back(edge.node.get());
       }
     }
-    if (retain == RetainGraph::kNo) node->release_saved();
+  }
+  std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->sequence_nr() > b->sequence_nr(); });
+
+  root_node->pending_grad_ = std::move(seed);
+  try {
+    for (Node* node : order) {
+      if (!node->pending_grad_.defined()) continue;  // nothing flowed into it (its consumers had no grad for it)
+      const Tensor grad_output = std::move(node->pending_grad_);
+      node->pending_grad_ = Tensor();
+      std::vector<Tensor> grad_inputs = node->backward(grad_output);
+      AG_CHECK(grad_inputs.size() == node->next_edges.size(), "internal: ", node->name(), " returned ",
+               grad_inputs.size(), " gradients for ", node->next_edges.size(), " inputs");
+      for (size_t i = 0; i < grad_inputs.size(); ++i) {
+        const Edge& edge = node->next_edges[i];
+        Tensor& g = grad_inputs[i];
+        if (!g.defined()) continue;
+        if (edge.leaf) {
+          accumulate_into_leaf(*edge.leaf, std::move(g));
+        } else if (edge.node) {
+          Tensor& slot = edge.node->pending_grad_;
+          if (!slot.defined()) {
+            slot = std::move(g);
+          } else {
+            // Two consumers: sum into a fresh buffer (either gradient may alias another tensor).
+            Tensor sum = Tensor::empty(slot.shape(), slot.dtype(), slot.device());
+            copy_(sum, slot);
+            accumulate_(sum, g);
+            slot = std::move(sum);
+          }
+        }
+      }
+      if (retain == RetainGraph::kNo) node->release_saved();
+    }
+  } catch (...) {
+    for (Node* node : order) node->pending_grad_ = Tensor();  // hold no gradients after a failed backward
+    throw;
   }
 }
 

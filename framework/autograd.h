@@ -2,6 +2,8 @@
 // backward() replays the recorded nodes reachable from the loss in reverse recording order.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -9,6 +11,8 @@
 #include "framework/tensor.h"
 
 namespace ampgrad {
+
+struct Storage;
 
 /// Thread-local switch for recording; NoGradGuard turns it off for a scope.
 class GradMode {
@@ -29,25 +33,35 @@ class NoGradGuard {
   bool previous_;
 };
 
-/// Tensors an op keeps for its backward. Stored detached (values only, so no reference cycle
-/// through the output's grad_fn), with the storage version at save time so that an in-place
-/// change before backward is an error rather than a silently wrong gradient. Released after
+/// Tensors an op keeps for its backward: its inputs (an op must not save its own output, which
+/// would be a reference cycle through the output's grad_fn). Each is kept with its storage and
+/// that storage's version at save time, so that an in-place change (or a set_data) before
+/// backward is an error rather than a silently wrong gradient. Held inline, without heap
+/// allocations: a small training step records a handful of these every step. Released after
 /// backward unless the graph is retained.
 class SavedTensors {
  public:
+  static constexpr size_t kMaxSaved = 4;
+  static constexpr size_t kMaxInputs = 32;
+
   explicit SavedTensors(std::string_view op_name) : op_name_(op_name) {}
   void save(const Tensor& tensor);
   const Tensor& operator[](size_t index) const;  // throws once released or modified in place
   void release();
   /// Whether the op's input `index` needs a gradient (backward may skip the others).
-  bool needs_grad(size_t index) const { return index < needs_grad_.size() && needs_grad_[index]; }
-  void set_needs_grad(std::vector<bool> needs_grad) { needs_grad_ = std::move(needs_grad); }
+  bool needs_grad(size_t index) const { return index < kMaxInputs && ((needs_grad_ >> index) & 1u) != 0; }
+  void set_needs_grad(size_t index) { needs_grad_ |= uint32_t{1} << index; }
 
  private:
+  struct Entry {
+    Tensor tensor;
+    std::shared_ptr<Storage> storage;  // the storage it had when saved
+    uint64_t version = 0;
+  };
   std::string_view op_name_;
-  std::vector<Tensor> tensors_;
-  std::vector<uint64_t> versions_;
-  std::vector<bool> needs_grad_;
+  std::array<Entry, kMaxSaved> entries_;
+  size_t count_ = 0;
+  uint32_t needs_grad_ = 0;  // bit i: input i needs a gradient
   bool released_ = false;
 };
 
@@ -71,7 +85,13 @@ class Node {
   std::vector<Edge> next_edges;
 
  private:
+  friend void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain);
+
   uint64_t sequence_nr_;  // position on this thread's tape: replay order is descending
+  // Scratch of the backward pass running through this node (kept here rather than in hash maps,
+  // which cost two heap allocations per node per step).
+  Tensor pending_grad_;        // the gradient of this node's output summed so far
+  uint64_t visited_pass_ = 0;  // the last backward pass that reached this node
 };
 
 /// Edge for one op input: its grad_fn, itself if it is a leaf requiring grad, else empty.

@@ -50,13 +50,14 @@ Tensor dispatch(Op op, const Inputs&... raw_inputs) {
 
   SavedTensors saved(Op::kInfo.name);
   bool record = false;
+  static_assert(sizeof...(Inputs) <= SavedTensors::kMaxInputs);
   if (GradMode::is_enabled()) {
-    std::vector<bool> needs_grad(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
-      needs_grad[i] = inputs[i].defined() && inputs[i].requires_grad();
-      record = record || needs_grad[i];
+      if (inputs[i].defined() && inputs[i].requires_grad()) {
+        saved.set_needs_grad(i);
+        record = true;
+      }
     }
-    if (record) saved.set_needs_grad(std::move(needs_grad));
   }
   Tensor out;
   {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ampgrad.h"
+#include "framework/copy.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -76,6 +77,31 @@ TEST(Autograd, BackwardWithExplicitGradForNonScalars) {
   EXPECT_EQ(w.grad().to_vector(), (std::vector<float>{1}));
 }
 
+TEST(Autograd, LeafGradientsNeverAliasAnotherTensor) {
+  // A first gradient is taken without a copy only when nothing else holds it. Here one buffer
+  // flows to two leaves (add passes its gradient through) and a seed the caller keeps.
+  Tensor x = leaf({1, 2}), y = leaf({3, 4});
+  const Tensor seed = Tensor::from_vector(std::vector<float>{1, 1}, {2});
+  (x + y).backward(seed);
+  Tensor gx = x.grad();
+  ag::fill_(gx, 7.0);
+  EXPECT_EQ(y.grad().to_vector(), (std::vector<float>{1, 1}));
+  EXPECT_EQ(seed.to_vector(), (std::vector<float>{1, 1}));
+  // backward on a leaf with a kept seed: the leaf gets its own buffer.
+  Tensor w = leaf({5, 6});
+  w.backward(seed);
+  Tensor gw = w.grad();
+  ag::fill_(gw, 9.0);
+  EXPECT_EQ(seed.to_vector(), (std::vector<float>{1, 1}));
+  // A fresh gradient (from mul's backward) becomes the grad; later backwards accumulate into it.
+  Tensor v = leaf({2, 3});
+  (v * 2.0f).backward(seed);
+  const Tensor first = v.grad();
+  (v * 2.0f).backward(seed);
+  EXPECT_TRUE(v.grad().is_same(first));
+  EXPECT_EQ(v.grad().to_vector(), (std::vector<float>{4, 4}));
+}
+
 TEST(Autograd, NoGradGuardRecordsNothing) {
   Tensor x = leaf({1, 2});
   {
@@ -110,6 +136,18 @@ TEST(Autograd, SavedTensorModifiedInPlaceThrows) {
   Tensor other = ag::ones({2});
   other.bump_version();
   EXPECT_NO_THROW(l2.backward());
+}
+
+TEST(Autograd, SavedTensorWhoseDataWasReplacedThrows) {
+  // set_data (what Module::to and loading do) swaps the storage under a saved input: its new
+  // storage starts at version 0 like the old one, so only the storage identity tells.
+  Tensor x = leaf({1, 2});
+  Tensor w = leaf({3, 4});
+  const Tensor loss = ag::ops::sum(x * w);
+  w.set_data(Tensor::from_vector(std::vector<float>{7, 8}, {2}));
+  EXPECT_TRUE(throws_error([&] { loss.backward(); }, {"mul", "data replaced", "set_data"}));
+  // A failed backward leaves no gradient behind, and the graph can still be freed.
+  EXPECT_FALSE(x.grad().defined());
 }
 
 TEST(Autograd, DiamondsSumTheirBranches) {
