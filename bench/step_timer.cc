@@ -4,6 +4,10 @@
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
 //   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps).
 // Prints "WORKLOAD <median us per step over 5 chunks>" (or the figures named above).
+//   step_timer ratio WORKLOAD_A WORKLOAD_B [--seconds=S] [--threads=T]
+// alternates short chunks of A and B in one process (this machine's speed drifts by 2x over
+// seconds, so separate runs cannot be compared) and prints "ratio A B <median us of A>
+// <median us of B> <median of the per-pair ratios B/A> <min> <max>".
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +54,51 @@ double median_seconds_per_call(const std::function<void()>& fn, double seconds) 
   return chunks[2];
 }
 
+std::unique_ptr<ag::bench::Workload> make_workload(const std::string& name) {
+  const Precision precision = name.ends_with("_amp") ? Precision::kAmp : Precision::kFp32;
+  if (name.rfind("seed_", 0) == 0) return std::make_unique<ag::bench::Workload>(ag::bench::seed_workload(precision));
+  if (name.rfind("mlp_", 0) == 0) {
+    const Optim optim = name.rfind("mlp_adam", 0) == 0 ? Optim::kAdam : Optim::kSgd;
+    return std::make_unique<ag::bench::Workload>(ag::bench::mlp_workload(precision, optim));
+  }
+  std::fprintf(stderr, "step_timer: unknown workload '%s'\n", name.c_str());
+  return nullptr;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Pairs of ~10 ms chunks (at least one step each), A then B, for `seconds` in all.
+int run_ratio(const std::string& name_a, const std::string& name_b, double seconds) {
+  const auto a = make_workload(name_a), b = make_workload(name_b);
+  if (!a || !b) return 2;
+  const auto seconds_per_step = [](ag::bench::Workload& w) {
+    w.step();
+    const double t0 = now_s();
+    w.step();
+    return std::max(now_s() - t0, 1e-9);
+  };
+  const int steps_a = std::max(1, static_cast<int>(0.01 / seconds_per_step(*a)));
+  const int steps_b = std::max(1, static_cast<int>(0.01 / seconds_per_step(*b)));
+  const auto chunk = [](ag::bench::Workload& w, int steps) {
+    const double start = now_s();
+    for (int i = 0; i < steps; ++i) w.step();
+    return (now_s() - start) / steps;
+  };
+  std::vector<double> times_a, times_b, ratios;
+  for (const double end = now_s() + seconds; now_s() < end || ratios.size() < 5;) {
+    times_a.push_back(chunk(*a, steps_a));
+    times_b.push_back(chunk(*b, steps_b));
+    ratios.push_back(times_b.back() / times_a.back());
+  }
+  std::printf("ratio %s %s %.3f %.3f %.3f %.3f %.3f\n", name_a.c_str(), name_b.c_str(), median(times_a) * 1e6,
+              median(times_b) * 1e6, median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+              *std::max_element(ratios.begin(), ratios.end()));
+  return 0;
+}
+
 int run(const std::string& name, double seconds, long steps) {
   if (name.rfind("memory_seed", 0) == 0) {
     ag::bench::Workload w = ag::bench::seed_workload(Precision::kAmp);
@@ -78,17 +128,8 @@ int run(const std::string& name, double seconds, long steps) {
     std::printf("%s %.2f\n", name.c_str(), 2.0 * 1024 * 1024 * 1024 / s / 1e9);
     return 0;
   }
-  std::unique_ptr<ag::bench::Workload> w;
-  const Precision precision = name.ends_with("_amp") ? Precision::kAmp : Precision::kFp32;
-  if (name.rfind("seed_", 0) == 0) {
-    w = std::make_unique<ag::bench::Workload>(ag::bench::seed_workload(precision));
-  } else if (name.rfind("mlp_", 0) == 0) {
-    const Optim optim = name.rfind("mlp_adam", 0) == 0 ? Optim::kAdam : Optim::kSgd;
-    w = std::make_unique<ag::bench::Workload>(ag::bench::mlp_workload(precision, optim));
-  } else {
-    std::fprintf(stderr, "step_timer: unknown workload '%s'\n", name.c_str());
-    return 2;
-  }
+  const std::unique_ptr<ag::bench::Workload> w = make_workload(name);
+  if (!w) return 2;
   if (steps > 0) {
     const double start = now_s();
     for (long i = 0; i < steps; ++i) w->step();
@@ -108,11 +149,16 @@ int main(int argc, char** argv) {
   }
   double seconds = 2.0;
   long steps = 0;
-  for (int i = 2; i < argc; ++i) {
+  const bool ratio = std::string(argv[1]) == "ratio";
+  if (ratio && argc < 4) {
+    std::fprintf(stderr, "usage: step_timer ratio WORKLOAD_A WORKLOAD_B [--seconds=S] [--threads=T]\n");
+    return 2;
+  }
+  for (int i = ratio ? 4 : 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--seconds=", 0) == 0) seconds = std::atof(arg.c_str() + 10);
     if (arg.rfind("--steps=", 0) == 0) steps = std::atol(arg.c_str() + 8);
     if (arg.rfind("--threads=", 0) == 0) ag::set_num_threads(std::atoi(arg.c_str() + 10));
   }
-  return run(argv[1], seconds, steps);
+  return ratio ? run_ratio(argv[2], argv[3], seconds) : run(argv[1], seconds, steps);
 }
