@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "ampgrad.h"
+#include "amp/unscale.h"
 #include "amp_test_util.h"
 
 namespace ag = ampgrad;
@@ -272,6 +274,35 @@ TEST(GradScalerCheckpoint, StateRoundTripResumesTheScheduleIdentically) {
   bad = saved;
   bad.options.backoff_factor = 2;
   expect_error_containing([&] { resumed.load_state(bad); }, "backoff_factor");
+}
+
+}  // namespace
+
+namespace {
+
+// The unscale kernel itself: every length class (vector body, tail, FP16 blocks of 2048 and the
+// last partial one) and every position of a single inf or NaN is found, and values are g / scale
+// rounded once.
+TEST(Unscale, FindsOneNonFiniteAnywhereAndScalesExactly) {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  for (const ag::DType dtype : {ag::DType::kFloat32, ag::DType::kFloat16}) {
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{2048}, int64_t{2049}, int64_t{5000}}) {
+      std::vector<double> values(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) values[i] = 0.25 * static_cast<double>((i % 97) - 48);
+      Tensor out = Tensor::empty({n}, ag::DType::kFloat32);
+      const Tensor clean = Tensor::from_vector(values, {n}, dtype);
+      EXPECT_FALSE(ag::amp::unscale_and_check(clean, 1.0 / 1024, out)) << n;
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out.data<float>()[i], static_cast<float>(values[i] / 1024)) << i;
+      for (const double bad : {inf, -inf, nan}) {
+        for (const int64_t at : {int64_t{0}, n / 2, n - 1}) {
+          std::vector<double> poisoned = values;
+          poisoned[static_cast<size_t>(at)] = bad;
+          EXPECT_TRUE(ag::amp::unscale_and_check(Tensor::from_vector(poisoned, {n}, dtype), 1.0 / 1024, out))
+              << ag::dtype_name(dtype) << " n " << n << " at " << at << " value " << bad;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

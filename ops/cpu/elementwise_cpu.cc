@@ -8,10 +8,6 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-// binary16 predicates on the bits (no conversion): +-0 and negatives are <= 0; NaN is neither.
-bool half_is_nan(Half h) { return (h.bits & 0x7fffu) > 0x7c00u; }
-bool half_is_nonpositive(Half h) { return (h.bits & 0x7fffu) == 0 || ((h.bits & 0x8000u) != 0 && !half_is_nan(h)); }
-
 template <typename T, typename F>
 void binary_typed(const T* a, int64_t na, const T* b, int64_t nb, T* out, int64_t n, F f) {
   // Nothing to compute. (Without this, [0, C] + [C] reached the row path with cols = 0 and divided by it.)
@@ -66,33 +62,59 @@ void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
   });
 }
 
+namespace {
+
+// Half relu on the raw bits with integer masks (no conversion, no branch), which GCC vectorises;
+// written over Half values the loop stayed scalar and was 10% of an AMP mlp step.
+//   x <= 0: magnitude 0, or sign set and not NaN (magnitude <= 0x7c00, inf included).
+//   x > 0:  sign clear, magnitude in (0, 0x7c00].   NaN is neither, so relu keeps it.
+void relu_half(const uint16_t* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t b = in[i], magnitude = b & 0x7fffu;
+    const bool nonpositive = magnitude == 0 || ((b & 0x8000u) != 0 && magnitude <= 0x7c00u);
+    out[i] = nonpositive ? uint16_t{0} : b;
+  }
+}
+
+void relu_backward_half(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t b = x[i], magnitude = b & 0x7fffu;
+    const bool positive = (b & 0x8000u) == 0 && magnitude != 0 && magnitude <= 0x7c00u;
+    dx[i] = positive ? dy[i] : uint16_t{0};
+  }
+}
+
+}  // namespace
+
 void relu(const Tensor& x, Tensor& y) {
+  const int64_t n = y.numel();  // hoisted: an out-of-line call per element kept the loops scalar
+  if (y.dtype() == DType::kFloat16) {
+    return relu_half(reinterpret_cast<const uint16_t*>(x.data<Half>()), reinterpret_cast<uint16_t*>(y.data<Half>()), n);
+  }
   visit_dtype(y.dtype(), [&](auto t) {
     using T = decltype(t);
-    const T* in = x.data<T>();
-    T* out = y.data<T>();
-    const int64_t n = y.numel();  // hoisted: an out-of-line call per element kept the loop scalar
-    if constexpr (std::is_same_v<T, Half>) {
-      // On the bits, so the loop vectorises: a negative non-NaN (sign set, magnitude <= inf) becomes +0.
-      for (int64_t i = 0; i < n; ++i) out[i] = half_is_nonpositive(in[i]) ? Half{} : in[i];
-    } else {
-      for (int64_t i = 0; i < n; ++i) out[i] = !(load(in[i]) <= 0) ? in[i] : store<T>(0);  // NaN stays NaN
+    if constexpr (!std::is_same_v<T, Half>) {
+      const T* in = x.data<T>();
+      T* out = y.data<T>();
+      for (int64_t i = 0; i < n; ++i) out[i] = !(in[i] <= 0) ? in[i] : T{0};  // NaN stays NaN
     }
   });
 }
 
 void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  const int64_t n = dx.numel();
+  if (dx.dtype() == DType::kFloat16) {
+    return relu_backward_half(reinterpret_cast<const uint16_t*>(x.data<Half>()),
+                              reinterpret_cast<const uint16_t*>(dy.data<Half>()),
+                              reinterpret_cast<uint16_t*>(dx.data<Half>()), n);
+  }
   visit_dtype(dx.dtype(), [&](auto t) {
     using T = decltype(t);
-    const T* in = x.data<T>();
-    const T* g = dy.data<T>();
-    T* out = dx.data<T>();
-    const int64_t n = dx.numel();
-    if constexpr (std::is_same_v<T, Half>) {
-      // x > 0 is "neither <= 0 nor NaN", on the bits as in relu.
-      for (int64_t i = 0; i < n; ++i) out[i] = half_is_nonpositive(in[i]) || half_is_nan(in[i]) ? Half{} : g[i];
-    } else {
-      for (int64_t i = 0; i < n; ++i) out[i] = load(in[i]) > 0 ? g[i] : store<T>(0);
+    if constexpr (!std::is_same_v<T, Half>) {
+      const T* in = x.data<T>();
+      const T* g = dy.data<T>();
+      T* out = dx.data<T>();
+      for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0 ? g[i] : T{0};
     }
   });
 }

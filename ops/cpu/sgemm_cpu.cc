@@ -230,6 +230,17 @@ struct Problem {
 
 // Rows of a finished tile leave for the Half result, rounded once (F16C where available).
 void store_half_rows(const float* tile, int64_t mr, int64_t nr, Half* c, int64_t ldc) {
+#ifdef AMPGRAD_SGEMM_AVX2
+  if (nr == kNR) {
+    for (int64_t r = 0; r < mr; ++r) {
+      for (int64_t h = 0; h < 2; ++h) {
+        const __m128i rounded = _mm256_cvtps_ph(_mm256_load_ps(tile + r * kNR + h * 8), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(c + r * ldc + h * 8), rounded);
+      }
+    }
+    return;
+  }
+#endif
   for (int64_t r = 0; r < mr; ++r) float_to_half(tile + r * kNR, c + r * ldc, static_cast<size_t>(nr));
 }
 
