@@ -10,6 +10,7 @@
 #include "framework/autograd.h"
 #include "framework/dtype.h"
 #include "framework/error.h"
+#include "framework/parallel.h"
 #include "framework/random.h"
 #include "framework/tensor.h"
 #include "nn/module.h"

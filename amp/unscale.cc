@@ -2,10 +2,12 @@
 #include "amp/unscale.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
 #include "framework/error.h"
+#include "framework/parallel.h"
 
 #if defined(AMPGRAD_WITH_CUDA)
 #include "amp/cuda/unscale_cuda.h"
@@ -81,20 +83,27 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
   float* o = out.data<float>();
   const int64_t n = grad.numel();  // hoisted: an out-of-line call per element cost more than the math
   bool found_inf = false;
+  std::atomic<bool> any_bad{false};  // pieces run on the pool: one flag, set by whichever finds one
   switch (grad.dtype()) {
-    case DType::kFloat32:
-      found_inf = unscale_floats(grad.data<float>(), n, inv_scale, o);
+    case DType::kFloat32: {
+      const float* g = grad.data<float>();
+      parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+        if (unscale_floats(g + lo, hi - lo, inv_scale, o + lo)) any_bad = true;
+      });
       break;
+    }
     case DType::kFloat16: {
       // Widened a block at a time (F16C), then the float loop: no per-element conversion calls.
-      constexpr int64_t kBlock = 2048;
-      float wide[kBlock];
       const Half* g = grad.data<Half>();
-      for (int64_t lo = 0; lo < n; lo += kBlock) {
-        const int64_t len = std::min(kBlock, n - lo);
-        half_to_float(g + lo, wide, static_cast<size_t>(len));
-        found_inf |= unscale_floats(wide, len, inv_scale, o + lo);
-      }
+      parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+        constexpr int64_t kBlock = 2048;
+        float wide[kBlock];
+        for (int64_t start = lo; start < hi; start += kBlock) {
+          const int64_t len = std::min(kBlock, hi - start);
+          half_to_float(g + start, wide, static_cast<size_t>(len));
+          if (unscale_floats(wide, len, inv_scale, o + start)) any_bad = true;
+        }
+      });
       break;
     }
     case DType::kFloat64: {
@@ -107,7 +116,7 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
     }
   }
   out.bump_version();
-  return found_inf;
+  return found_inf || any_bad;
 }
 
 }  // namespace ampgrad::amp

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "framework/error.h"
+#include "framework/parallel.h"
 #include "framework/tensor_impl.h"
 
 #if defined(AMPGRAD_WITH_CUDA)
@@ -30,12 +31,16 @@ void convert_cpu(const From* src, To* dst, int64_t n) {
   }
 }
 
+// Conversions of large tensors (an AMP step casts every weight and weight gradient) are
+// memory-bound on one core, so they are spread over the pool.
 void copy_cpu(Tensor& dst, const Tensor& src) {
   visit_dtype(dst.dtype(), [&](auto to) {
     visit_dtype(src.dtype(), [&](auto from) {
       using To = decltype(to);
       using From = decltype(from);
-      convert_cpu<To, From>(src.data<From>(), dst.data<To>(), src.numel());
+      const From* s = src.data<From>();
+      To* d = dst.data<To>();
+      parallel_range(src.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { convert_cpu<To, From>(s + lo, d + lo, hi - lo); });
     });
   });
 }

@@ -36,9 +36,6 @@ Tensor cast(const Tensor& x, DType dtype);
 }  // namespace ampgrad::ops
 
 namespace ampgrad {
-/// Threads the CPU kernels use (default: every core, or OMP_NUM_THREADS when set).
-void set_num_threads(int num_threads);
-int num_threads();
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

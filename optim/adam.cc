@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "framework/error.h"
+#include "framework/parallel.h"
 
 #if defined(AMPGRAD_WITH_CUDA)
 #include "optim/cuda/optim_cuda.h"
@@ -95,13 +96,15 @@ Optimizer::ParamCopy Adam::update(size_t index, Tensor& master, const Tensor& gr
   const float* g = grad.data<float>();
   float* m = s.exp_avg.data<float>();
   float* v = s.exp_avg_sq.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] + l2 * w[i];
-    w[i] *= decoupled;
-    m[i] = b1 * m[i] + one_minus_b1 * gi;
-    v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
-    w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
-  }
+  parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float gi = g[i] + l2 * w[i];
+      w[i] *= decoupled;
+      m[i] = b1 * m[i] + one_minus_b1 * gi;
+      v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
+      w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
+    }
+  });
   s.exp_avg.bump_version();
   s.exp_avg_sq.bump_version();
   return ParamCopy::kNeeded;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "framework/error.h"
+#include "framework/parallel.h"
 
 #if defined(AMPGRAD_WITH_CUDA)
 #include "optim/cuda/optim_cuda.h"
@@ -46,18 +47,23 @@ Optimizer::ParamCopy SGD::update(size_t index, Tensor& master, const Tensor& gra
   const float momentum = static_cast<float>(options_.momentum);
   const float one_minus_dampening = static_cast<float>(1.0 - options_.dampening);  // in double, as PyTorch
   if (momentum == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+    parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+    });
     return ParamCopy::kNeeded;
   }
   Tensor& buffer = buffers_[index];
   const bool first = !buffer.defined();
   if (first) buffer = Tensor::empty(master.shape(), DType::kFloat32, master.device());
   float* buf = buffer.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * w[i];
-    buf[i] = first ? d : momentum * buf[i] + one_minus_dampening * d;
-    w[i] -= lr * (options_.nesterov ? d + momentum * buf[i] : buf[i]);
-  }
+  const bool nesterov = options_.nesterov;
+  parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float d = g[i] + wd * w[i];
+      buf[i] = first ? d : momentum * buf[i] + one_minus_dampening * d;
+      w[i] -= lr * (nesterov ? d + momentum * buf[i] : buf[i]);
+    }
+  });
   buffer.bump_version();
   return ParamCopy::kNeeded;
 }

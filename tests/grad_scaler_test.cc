@@ -281,12 +281,12 @@ TEST(GradScalerCheckpoint, StateRoundTripResumesTheScheduleIdentically) {
 namespace {
 
 // The unscale kernel itself: every length class (vector body, tail, FP16 blocks of 2048 and the
-// last partial one) and every position of a single inf or NaN is found, and values are g / scale
-// rounded once.
+// last partial one, pieces spread over threads) and every position of a single inf or NaN is
+// found, and values are g / scale rounded once.
 TEST(Unscale, FindsOneNonFiniteAnywhereAndScalesExactly) {
   const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
   for (const ag::DType dtype : {ag::DType::kFloat32, ag::DType::kFloat16}) {
-    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{2048}, int64_t{2049}, int64_t{5000}}) {
+    for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{2048}, int64_t{2049}, int64_t{5000}, int64_t{300001}}) {
       std::vector<double> values(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) values[i] = 0.25 * static_cast<double>((i % 97) - 48);
       Tensor out = Tensor::empty({n}, ag::DType::kFloat32);

@@ -21,7 +21,7 @@
 #include <new>
 
 #include "framework/half.h"
-#include "ops/cpu/parallel_cpu.h"
+#include "framework/parallel.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -390,7 +390,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
   thread_local Buffer b_buffer, partial_buffer;
   if (c_half && k > pb.kc) pb.c_float = partial_buffer.get(m * n);  // float partial sums until the last k block
 
-  const int threads = 2.0 * m * n * k >= kParallelFlop ? pool_threads() : 1;
+  const int threads = 2.0 * m * n * k >= kParallelFlop ? num_threads() : 1;
   const int64_t nc_max = std::max(kNR, kPackedBMax / k / kNR * kNR);
   for (int64_t jc = 0; jc < n; jc += nc_max) {
     const int64_t nc = std::min(nc_max, n - jc), nc_pad = round_up(nc, kNR);

@@ -1,5 +1,5 @@
 // The CPU's float GEMM: a packed, cache-blocked GEMM in the GotoBLAS/BLIS style with an AVX2/FMA
-// 6x16 register tile, spread over the CPU pool (parallel_cpu.h). FP16 operands are widened while
+// 6x16 register tile, spread over the CPU pool (framework/parallel.h). FP16 operands are widened while
 // they are packed and an FP16 result is rounded once from the float sum, so FP16 costs the same
 // arithmetic as FP32 plus O(n^2) conversions, never an O(n^3) one.
 #pragma once

@@ -1,5 +1,5 @@
-// The CPU fork-join pool behind parallel_for and ampgrad::set_num_threads.
-#include "ops/cpu/parallel_cpu.h"
+// The CPU fork-join pool behind parallel_for and set_num_threads.
+#include "framework/parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,9 +11,8 @@
 #include <vector>
 
 #include "framework/error.h"
-#include "ops/ops.h"
 
-namespace ampgrad::kernels::cpu {
+namespace ampgrad {
 
 namespace {
 
@@ -133,17 +132,18 @@ Pool& pool() {
 
 void parallel_for(int64_t chunks, const std::function<void(int64_t)>& fn) { pool().run(chunks, fn); }
 
-int pool_threads() { return pool().threads(); }
-
-}  // namespace ampgrad::kernels::cpu
-
-namespace ampgrad {
+void parallel_range(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t pieces = std::min<int64_t>(2 * num_threads(), n / std::max<int64_t>(grain, 1));
+  if (pieces <= 1) return fn(0, n);
+  const int64_t per = (n + pieces - 1) / pieces;
+  parallel_for(pieces, [&](int64_t piece) { fn(piece * per, std::min(n, (piece + 1) * per)); });
+}
 
 void set_num_threads(int num_threads) {
   AG_CHECK(num_threads >= 1, "set_num_threads: need at least 1 thread, got ", num_threads);
-  kernels::cpu::pool().set_threads(num_threads);
+  pool().set_threads(num_threads);
 }
 
-int num_threads() { return kernels::cpu::pool_threads(); }
+int num_threads() { return pool().threads(); }
 
 }  // namespace ampgrad
