@@ -132,7 +132,7 @@ Pool& pool() {
 
 void parallel_for(int64_t chunks, const std::function<void(int64_t)>& fn) { pool().run(chunks, fn); }
 
-void parallel_range(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_range_pieces(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t pieces = std::min<int64_t>(2 * num_threads(), n / std::max<int64_t>(grain, 1));
   if (pieces <= 1) return fn(0, n);
   const int64_t per = (n + pieces - 1) / pieces;

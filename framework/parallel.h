@@ -15,16 +15,24 @@ namespace ampgrad {
 /// fn, or while another thread's call is running, runs serially on the calling thread.
 void parallel_for(int64_t chunks, const std::function<void(int64_t)>& fn);
 
+/// Threads the CPU kernels use (default: every core, or OMP_NUM_THREADS when set).
+void set_num_threads(int num_threads);
+int num_threads();
+
 /// The grain for element-wise loops: below 64K elements (256 KB of floats) waking a helper
 /// costs more than it saves.
 inline constexpr int64_t kElementwiseGrain = int64_t{1} << 16;
 
-/// Runs fn(lo, hi) over [0, n) in pieces of at least `grain` elements, in parallel when n is at
-/// least 2 * grain: for element-wise loops that are memory-bound on one core.
-void parallel_range(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+/// parallel_range's parallel path (always splits).
+void parallel_range_pieces(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
-/// Threads the CPU kernels use (default: every core, or OMP_NUM_THREADS when set).
-void set_num_threads(int num_threads);
-int num_threads();
+/// Runs fn(lo, hi) over [0, n) in pieces of at least `grain` elements, in parallel when n is at
+/// least 2 * grain: for element-wise loops that are memory-bound on one core. Small ranges call
+/// fn directly, without building a std::function (a small step makes dozens of such calls).
+template <typename Fn>
+void parallel_range(int64_t n, int64_t grain, Fn&& fn) {
+  if (n < 2 * grain || num_threads() == 1) return fn(int64_t{0}, n);
+  parallel_range_pieces(n, grain, fn);
+}
 
 }  // namespace ampgrad
