@@ -54,12 +54,12 @@ for pair in sys.argv[3:]:
     print(f"{name:40} {statistics.median(a for a, _ in runs):12.1f} {statistics.median(b for _, b in runs):12.1f} "
           f"{statistics.median(ratios):7.3f} {min(ratios):7.3f}..{max(ratios):<7.3f}")
 print(f"(median over {len(next(iter(rows.values())))} interleaved rounds; ratio = ampgrad / PyTorch, per round)")
-def own(num, den):
-    r = [a / b for (a, _), (b, _) in zip(rows[num], rows[den])]
-    return f"{statistics.median(r):.3f} ({min(r):.3f}..{max(r):.3f})"
-print("ampgrad AMP / FP32, seed:", own("seed AMP (PyTorch: autocast bf16)", "seed FP32"))
-print("ampgrad AMP / FP32, mlp Adam:", own("mlp Adam AMP (PyTorch: autocast bf16)", "mlp Adam FP32"))
 PY
+
+# ampgrad's own AMP / FP32 ratios: both workloads in one process, alternating 10 ms chunks, so
+# the machine's drift cancels (prints: us FP32, us AMP, median ratio, min, max).
+"$timer" ratio seed_fp32 seed_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads"
+"$timer" ratio mlp_adam_fp32 mlp_adam_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads"
 
 # GEMM speed (linear forward, 1024^3, median of 5 chunks) and memory, ampgrad alone.
 for w in gemm1024_fp32 gemm1024_fp16; do echo "$("$timer" "$w" --seconds="$seconds" --threads="$threads") GFLOP/s ($threads threads)"; done
