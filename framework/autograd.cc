@@ -13,7 +13,9 @@ namespace ampgrad {
 
 namespace {
 thread_local bool grad_mode_enabled = true;
-thread_local uint64_t tape_position = 0;  // sequence number of the next recorded node
+// Sequence number of the next recorded node. One counter for all threads, so that a graph built
+// partly on another thread still replays in recording order.
+std::atomic<uint64_t> tape_position{0};
 }  // namespace
 
 bool GradMode::is_enabled() { return grad_mode_enabled; }
@@ -46,12 +48,19 @@ const Tensor& SavedTensors::operator[](size_t index) const {
   return tensor;
 }
 
+void SavedTensors::check_not_saved(const Tensor& output) const {
+  for (size_t i = 0; i < count_; ++i) {
+    AG_CHECK(!entries_[i].tensor.is_same(output), "internal: ", op_name_, " saved its own output for backward, ",
+             "which would keep its graph alive forever; save inputs only");
+  }
+}
+
 void SavedTensors::release() {
   for (size_t i = 0; i < count_; ++i) entries_[i] = Entry{};
   released_ = true;
 }
 
-Node::Node() : sequence_nr_(tape_position++) {}
+Node::Node() : sequence_nr_(tape_position.fetch_add(1, std::memory_order_relaxed)) {}
 
 Edge edge_to(const Tensor& input) {
   if (!input.defined() || !input.requires_grad()) return {};
@@ -161,6 +170,7 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
     for (Node* node : order) node->pending_grad_ = Tensor();  // hold no gradients after a failed backward
     throw;
   }
+  for (Node* node : order) node->pending_grad_ = Tensor();  // none is left over for a later backward
 }
 
 }  // namespace ampgrad

@@ -51,6 +51,8 @@ class SavedTensors {
   /// Whether the op's input `index` needs a gradient (backward may skip the others).
   bool needs_grad(size_t index) const { return index < kMaxInputs && ((needs_grad_ >> index) & 1u) != 0; }
   void set_needs_grad(size_t index) { needs_grad_ |= uint32_t{1} << index; }
+  /// Throws if `output` (the op's result) was saved: that would be a reference cycle.
+  void check_not_saved(const Tensor& output) const;
 
  private:
   struct Entry {
@@ -89,7 +91,8 @@ class Node {
 
   uint64_t sequence_nr_;  // position on this thread's tape: replay order is descending
   // Scratch of the backward pass running through this node (kept here rather than in hash maps,
-  // which cost two heap allocations per node per step).
+  // which cost two heap allocations per node per step). So one graph must not be backpropagated
+  // by two threads at once, and backward formulas must not call backward themselves.
   Tensor pending_grad_;        // the gradient of this node's output summed so far
   uint64_t visited_pass_ = 0;  // the last backward pass that reached this node
 };

@@ -65,6 +65,7 @@ Tensor dispatch(Op op, const Inputs&... raw_inputs) {
     out = std::apply([&](const auto&... in) { return op.forward(saved, in...); }, inputs);
   }
   if (record) {
+    saved.check_not_saved(out);
     auto node = std::make_shared<detail::OpNode<Op>>(std::move(op), std::move(saved));
     node->next_edges.reserve(inputs.size());
     for (const Tensor& in : inputs) node->next_edges.push_back(edge_to(in));

@@ -133,9 +133,10 @@ Pool& pool() {
 void parallel_for(int64_t chunks, const std::function<void(int64_t)>& fn) { pool().run(chunks, fn); }
 
 void parallel_range_pieces(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t pieces = std::min<int64_t>(2 * num_threads(), n / std::max<int64_t>(grain, 1));
-  if (pieces <= 1) return fn(0, n);
-  const int64_t per = (n + pieces - 1) / pieces;
+  const int64_t wanted = std::min<int64_t>(2 * num_threads(), n / std::max<int64_t>(grain, 1));
+  if (wanted <= 1) return fn(0, n);
+  const int64_t per = (n + wanted - 1) / wanted;
+  const int64_t pieces = (n + per - 1) / per;  // every piece non-empty
   parallel_for(pieces, [&](int64_t piece) { fn(piece * per, std::min(n, (piece + 1) * per)); });
 }
 

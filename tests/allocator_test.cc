@@ -47,6 +47,16 @@ TEST(CpuAllocator, FreedBlocksAreReusedForTheSameSizeClass) {
   }
 }
 
+TEST(CpuAllocator, SizeClassesWasteAtMostAQuarter) {
+  // 513 KiB: a power-of-two class would take 1 MiB; quarter steps take 640 KiB.
+  const ag::MemoryStats before = ag::memory_stats(ag::Device::kCPU);
+  const int64_t floats = 513 * 1024 / 4;
+  const Tensor t = ag::zeros({floats});
+  const ag::MemoryStats during = ag::memory_stats(ag::Device::kCPU);
+  EXPECT_LE(during.reserved_bytes - before.reserved_bytes, floats * 4 * 5 / 4);
+  EXPECT_GE(during.reserved_bytes, during.current_bytes);
+}
+
 TEST(CpuAllocator, ThreadExitReturnsItsCachedBlocks) {
   if (!kCaching) GTEST_SKIP() << "no block cache under AddressSanitizer";
   const ag::MemoryStats before = ag::memory_stats(ag::Device::kCPU);

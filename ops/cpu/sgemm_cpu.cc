@@ -40,6 +40,8 @@ constexpr int64_t kKC = 256;
 constexpr int64_t kMCMax = 144;
 // Packed b is at most this many floats (8 MB, in L3); wider c is done in column blocks.
 constexpr int64_t kPackedBMax = int64_t{1} << 21;
+// The float partial sums of an FP16 result are kept between calls up to this size (16 MB).
+constexpr int64_t kKeptPartialFloats = int64_t{1} << 22;
 // Below this many FLOP a GEMM stays on the calling thread: waking a helper costs more than it saves.
 constexpr double kParallelFlop = 4e6;
 // Below this many FLOP (the seed model's 64 x 10 x 1) packing costs more than it saves: plain loops.
@@ -210,7 +212,7 @@ void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict
   }
   for (int64_t p = 0; p < kc; ++p) {
     for (int64_t i = 0; i < kMR; ++i) {
-      for (int64_t j = 0; j < kNR; ++j) acc[i][j] += a[p * kMR + i] * b[p * kNR + j];
+      for (int64_t j = 0; j < kNR; ++j) acc[i][j] = std::fma(a[p * kMR + i], b[p * kNR + j], acc[i][j]);
     }
   }
   for (int64_t i = 0; i < kMR; ++i) std::memcpy(c + i * ldc, acc[i], sizeof(acc[i]));
@@ -388,7 +390,10 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
   // Equal k blocks: 784 becomes 4 x 196, not 3 x 256 + 16 (a short block pays the c traffic for little work).
   pb.kc = ceil_div(k, ceil_div(k, kKC));
   thread_local Buffer b_buffer, partial_buffer;
-  if (c_half && k > pb.kc) pb.c_float = partial_buffer.get(m * n);  // float partial sums until the last k block
+  Buffer big_partial;  // freed on return: a large FP16 product must not pin its float sums
+  if (c_half && k > pb.kc) {  // float partial sums until the last k block
+    pb.c_float = (m * n <= kKeptPartialFloats ? partial_buffer : big_partial).get(m * n);
+  }
 
   const int threads = 2.0 * m * n * k >= kParallelFlop ? num_threads() : 1;
   const int64_t nc_max = std::max(kNR, kPackedBMax / k / kNR * kNR);
