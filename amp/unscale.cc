@@ -55,7 +55,8 @@ namespace {
 
 // o = g * inv_scale (in double, rounded once to float); true if any result is inf or NaN. No
 // early exit and no branch, so it vectorises: |v| <= FLT_MAX is false exactly for inf and NaN.
-bool unscale_floats(const float* g, int64_t n, double inv_scale, float* o) {
+template <typename T>
+bool unscale_values(const T* g, int64_t n, double inv_scale, float* o) {
   int bad = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float v = static_cast<float>(static_cast<double>(g[i]) * inv_scale);
@@ -82,13 +83,12 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
   }
   float* o = out.data<float>();
   const int64_t n = grad.numel();  // hoisted: an out-of-line call per element cost more than the math
-  bool found_inf = false;
   std::atomic<bool> any_bad{false};  // pieces run on the pool: one flag, set by whichever finds one
   switch (grad.dtype()) {
     case DType::kFloat32: {
       const float* g = grad.data<float>();
       parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-        if (unscale_floats(g + lo, hi - lo, inv_scale, o + lo)) any_bad = true;
+        if (unscale_values(g + lo, hi - lo, inv_scale, o + lo)) any_bad = true;
       });
       break;
     }
@@ -101,22 +101,17 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
         for (int64_t start = lo; start < hi; start += kBlock) {
           const int64_t len = std::min(kBlock, hi - start);
           half_to_float(g + start, wide, static_cast<size_t>(len));
-          if (unscale_floats(wide, len, inv_scale, o + start)) any_bad = true;
+          if (unscale_values(wide, len, inv_scale, o + start)) any_bad = true;
         }
       });
       break;
     }
-    case DType::kFloat64: {
-      const double* g = grad.data<double>();
-      for (int64_t i = 0; i < n; ++i) {
-        o[i] = static_cast<float>(g[i] * inv_scale);
-        found_inf |= !std::isfinite(o[i]);
-      }
+    case DType::kFloat64:
+      any_bad = unscale_values(grad.data<double>(), n, inv_scale, o);
       break;
-    }
   }
   out.bump_version();
-  return found_inf || any_bad;
+  return any_bad;
 }
 
 }  // namespace ampgrad::amp

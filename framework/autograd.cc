@@ -136,41 +136,42 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
   }
   std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->sequence_nr() > b->sequence_nr(); });
 
+  // Whether backward finishes or throws, no gradient is left on a node for a later backward.
+  struct ClearPending {
+    std::vector<Node*>& nodes;
+    ~ClearPending() {
+      for (Node* node : nodes) node->pending_grad_ = Tensor();
+    }
+  } clear_pending{order};
   root_node->pending_grad_ = std::move(seed);
-  try {
-    for (Node* node : order) {
-      if (!node->pending_grad_.defined()) continue;  // nothing flowed into it (its consumers had no grad for it)
-      const Tensor grad_output = std::move(node->pending_grad_);
-      node->pending_grad_ = Tensor();
-      std::vector<Tensor> grad_inputs = node->backward(grad_output);
-      AG_CHECK(grad_inputs.size() == node->next_edges.size(), "internal: ", node->name(), " returned ",
-               grad_inputs.size(), " gradients for ", node->next_edges.size(), " inputs");
-      for (size_t i = 0; i < grad_inputs.size(); ++i) {
-        const Edge& edge = node->next_edges[i];
-        Tensor& g = grad_inputs[i];
-        if (!g.defined()) continue;
-        if (edge.leaf) {
-          accumulate_into_leaf(*edge.leaf, std::move(g));
-        } else if (edge.node) {
-          Tensor& slot = edge.node->pending_grad_;
-          if (!slot.defined()) {
-            slot = std::move(g);
-          } else {
-            // Two consumers: sum into a fresh buffer (either gradient may alias another tensor).
-            Tensor sum = Tensor::empty(slot.shape(), slot.dtype(), slot.device());
-            copy_(sum, slot);
-            accumulate_(sum, g);
-            slot = std::move(sum);
-          }
+  for (Node* node : order) {
+    if (!node->pending_grad_.defined()) continue;  // nothing flowed into it (its consumers had no grad for it)
+    const Tensor grad_output = std::move(node->pending_grad_);
+    node->pending_grad_ = Tensor();
+    std::vector<Tensor> grad_inputs = node->backward(grad_output);
+    AG_CHECK(grad_inputs.size() == node->next_edges.size(), "internal: ", node->name(), " returned ",
+             grad_inputs.size(), " gradients for ", node->next_edges.size(), " inputs");
+    for (size_t i = 0; i < grad_inputs.size(); ++i) {
+      const Edge& edge = node->next_edges[i];
+      Tensor& g = grad_inputs[i];
+      if (!g.defined()) continue;
+      if (edge.leaf) {
+        accumulate_into_leaf(*edge.leaf, std::move(g));
+      } else if (edge.node) {
+        Tensor& slot = edge.node->pending_grad_;
+        if (!slot.defined()) {
+          slot = std::move(g);
+        } else {
+          // Two consumers: sum into a fresh buffer (either gradient may alias another tensor).
+          Tensor sum = Tensor::empty(slot.shape(), slot.dtype(), slot.device());
+          copy_(sum, slot);
+          accumulate_(sum, g);
+          slot = std::move(sum);
         }
       }
-      if (retain == RetainGraph::kNo) node->release_saved();
     }
-  } catch (...) {
-    for (Node* node : order) node->pending_grad_ = Tensor();  // hold no gradients after a failed backward
-    throw;
+    if (retain == RetainGraph::kNo) node->release_saved();
   }
-  for (Node* node : order) node->pending_grad_ = Tensor();  // none is left over for a later backward
 }
 
 }  // namespace ampgrad

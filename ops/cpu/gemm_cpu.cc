@@ -2,7 +2,6 @@
 // tensor-core semantics (FP16 operands widened while they are packed, FP32 accumulation, the
 // result rounded to FP16 once). float64, which only references and tests use, goes through Eigen.
 #include <Eigen/Core>
-#include <memory>
 
 #include "framework/error.h"
 #include "ops/cpu/kernels_cpu.h"
@@ -35,26 +34,14 @@ MatrixView view(const Tensor& t, Transpose trans) {
   return {t.data_ptr(), t.dtype() == DType::kFloat16, transposed ? 1 : cols, transposed ? cols : 1};
 }
 
-// The bias as float: FP16 biases are widened into a buffer reused across calls.
-const float* float_bias(const Tensor& bias) {
-  if (!bias.defined()) return nullptr;
-  if (bias.dtype() == DType::kFloat32) return bias.data<float>();
-  thread_local std::unique_ptr<float[]> buffer;
-  thread_local int64_t capacity = 0;
-  if (capacity < bias.numel()) {
-    buffer.reset(new float[static_cast<size_t>(bias.numel())]);
-    capacity = bias.numel();
-  }
-  half_to_float(bias.data<Half>(), buffer.get(), static_cast<size_t>(bias.numel()));
-  return buffer.get();
-}
-
 }  // namespace
 
 void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b, const Tensor& bias, Tensor& out) {
   if (out.dtype() == DType::kFloat64) return gemm_double(a, trans_a, b, trans_b, bias, out);
   const int64_t k = trans_a == Transpose::kYes ? a.size(0) : a.size(1);
-  sgemm(out.size(0), out.size(1), k, view(a, trans_a), view(b, trans_b), float_bias(bias), out.data_ptr(),
+  const MatrixView bias_view =
+      bias.defined() ? MatrixView{bias.data_ptr(), bias.dtype() == DType::kFloat16, 0, 1} : MatrixView{};
+  sgemm(out.size(0), out.size(1), k, view(a, trans_a), view(b, trans_b), bias_view, out.data_ptr(),
         out.dtype() == DType::kFloat16);
 }
 

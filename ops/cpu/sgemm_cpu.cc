@@ -99,6 +99,16 @@ inline void transpose8(__m256 r[8]) {
 
 // ---- packing ---------------------------------------------------------------------------------
 
+// The plain packing loop both panel kinds share (edges, tails, other strides):
+// dst[p * width + j] = src[p * p_stride + j * j_stride] for p < kc and j < valid; zero up to width.
+template <typename T>
+void pack_scalar(const T* src, int64_t p_stride, int64_t j_stride, int64_t width, int64_t valid, int64_t kc,
+                 float* dst) {
+  for (int64_t p = 0; p < kc; ++p) {
+    for (int64_t j = 0; j < width; ++j) dst[p * width + j] = j < valid ? load1(src + p * p_stride + j * j_stride) : 0.0f;
+  }
+}
+
 // dst[p * 16 + j] = b(p0 + p, j0 + j) for p < kc, j < 16; columns j0 + j >= n_end are zero.
 template <typename T>
 void pack_b_panel(const T* b, int64_t rs, int64_t cs, int64_t p0, int64_t kc, int64_t j0, int64_t n_end,
@@ -123,17 +133,11 @@ void pack_b_panel(const T* b, int64_t rs, int64_t cs, int64_t p0, int64_t kc, in
         for (int q = 0; q < 8; ++q) _mm256_store_ps(dst + (p + q) * kNR + half * 8, r[q]);
       }
     }
-    for (; p < kc; ++p) {
-      for (int64_t j = 0; j < kNR; ++j) dst[p * kNR + j] = load1(b + (j0 + j) * cs + p0 + p);
-    }
+    pack_scalar(b + j0 * cs + p0 + p, 1, cs, kNR, kNR, kc - p, dst + p * kNR);
     return;
   }
 #endif
-  for (int64_t p = 0; p < kc; ++p) {
-    for (int64_t j = 0; j < kNR; ++j) {
-      dst[p * kNR + j] = j < nr ? load1(b + (p0 + p) * rs + (j0 + j) * cs) : 0.0f;
-    }
-  }
+  pack_scalar(b + p0 * rs + j0 * cs, rs, cs, kNR, nr, kc, dst);
 }
 
 // dst[p * 6 + i] = a(i0 + i, p0 + p) for p < kc, i < 6; rows i0 + i >= m_end are zero. a has
@@ -157,17 +161,11 @@ void pack_a_panel(const T* a, int64_t rs, int64_t cs, int64_t i0, int64_t m_end,
       transpose8(r);
       for (int q = 0; q < 8; ++q) _mm256_storeu_ps(dst + (p + q) * kMR, r[q]);
     }
-    for (; p < kc; ++p) {
-      for (int64_t i = 0; i < kMR; ++i) dst[p * kMR + i] = load1(a + (i0 + i) * rs + p0 + p);
-    }
+    pack_scalar(a + i0 * rs + p0 + p, 1, rs, kMR, kMR, kc - p, dst + p * kMR);
     return;
   }
 #endif
-  for (int64_t p = 0; p < kc; ++p) {
-    for (int64_t i = 0; i < kMR; ++i) {
-      dst[p * kMR + i] = i < mr ? load1(a + (i0 + i) * rs + (p0 + p) * cs) : 0.0f;
-    }
-  }
+  pack_scalar(a + i0 * rs + p0 * cs, cs, rs, kMR, mr, kc, dst);
 }
 
 // ---- the micro-kernel ------------------------------------------------------------------------
@@ -376,10 +374,16 @@ void run_direct(Problem pb) {
 
 }  // namespace
 
-void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const float* bias, void* c,
+void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
            bool c_half) {
   if (m == 0 || n == 0) return;
-  Problem pb{m, n, k, a, b, bias, nullptr, nullptr, 0};
+  Problem pb{m, n, k, a, b, static_cast<const float*>(bias.data), nullptr, nullptr, 0};
+  if (bias.data != nullptr && bias.half) {  // widened once into a buffer reused across calls
+    thread_local Buffer wide_bias;
+    float* wide = wide_bias.get(n);
+    half_to_float(static_cast<const Half*>(bias.data), wide, static_cast<size_t>(n));
+    pb.bias = wide;
+  }
   if (c_half) {
     pb.c_half = static_cast<Half*>(c);
   } else {

@@ -17,8 +17,9 @@ struct MatrixView {
 };
 
 /// c = a b (+ bias[n] added to every row), for a [m, k] and b [k, n], accumulated in float. c is
-/// row-major [m, n]: float, or Half (`c_half`) rounded once from the float sum. bias may be null.
-void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const float* bias, void* c,
+/// row-major [m, n]: float, or Half (`c_half`) rounded once from the float sum. bias is n contiguous
+/// values (float or Half), or a view with null data for none.
+void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
            bool c_half);
 
 }  // namespace ampgrad::kernels::cpu
