@@ -8,6 +8,7 @@
 #include "checkpoint/safetensors.h"
 #include "framework/allocator.h"
 #include "framework/autograd.h"
+#include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/error.h"
 #include "framework/parallel.h"

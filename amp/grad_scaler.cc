@@ -34,7 +34,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
   if (!options_.enabled) return loss;
   AG_CHECK(loss.defined(), "GradScaler::scale: the loss is undefined");
   scaled_this_iteration_ = true;
-  const Tensor wide = loss.dtype() == DType::kFloat16 ? loss.to(DType::kFloat32) : loss;
+  const Tensor wide = is_low_precision(loss.dtype()) ? loss.to(DType::kFloat32) : loss;
   return ops::scale(wide, scale_);
 }
 

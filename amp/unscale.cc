@@ -9,23 +9,21 @@
 #include "framework/error.h"
 #include "framework/parallel.h"
 
-#if defined(AMPGRAD_WITH_CUDA)
-#include "amp/cuda/unscale_cuda.h"
-#endif
-
 namespace ampgrad::amp {
 
 namespace {
 
-#if defined(AMPGRAD_WITH_CUDA)
 bool unscale_cuda(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs) {
+  require_backend(Device::kCUDA, "GradScaler::unscale_");
+#if defined(AMPGRAD_WITH_CUDA)
   Tensor found_inf = zeros({1}, DType::kFloat32, Device::kCUDA);
-  amp::cuda::unscale_and_check_multi(grads, inv_scale, outs, found_inf);
+  cuda::unscale_and_check_multi(grads, inv_scale, outs, found_inf);
   // The one host sync of a CUDA training step: GradScaler::step must return whether it stepped
   // (a bool on the host), so the device flag is read back here, once per optimizer per iteration.
   return found_inf.item() != 0.0f;
-}
 #endif
+  return false;
+}
 
 }  // namespace
 
@@ -41,13 +39,7 @@ bool unscale_and_check_all(const std::vector<Tensor>& grads, double inv_scale, s
       found_inf |= unscale_and_check(grads[k], inv_scale, outs[k]);
     }
   }
-  if (!cuda_grads.empty()) {
-#if defined(AMPGRAD_WITH_CUDA)
-    found_inf |= unscale_cuda(cuda_grads, inv_scale, cuda_outs);
-#else
-    AG_FAIL("unscale: ", cuda_grads[0].to_string(), " is on CUDA but this build has no CUDA backend");
-#endif
-  }
+  if (!cuda_grads.empty()) found_inf |= unscale_cuda(cuda_grads, inv_scale, cuda_outs);
   return found_inf;
 }
 
@@ -74,12 +66,8 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
   AG_CHECK(grad.device() == out.device(), "unscale: gradient ", grad.to_string(), " and output ", out.to_string(),
            " are on different devices");
   if (grad.device() == Device::kCUDA) {
-#if defined(AMPGRAD_WITH_CUDA)
     std::vector<Tensor> outs{out};
     return unscale_cuda({grad}, inv_scale, outs);
-#else
-    AG_FAIL("unscale: ", grad.to_string(), " is on CUDA but this build has no CUDA backend");
-#endif
   }
   float* o = out.data<float>();
   const int64_t n = grad.numel();  // hoisted: an out-of-line call per element cost more than the math

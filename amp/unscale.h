@@ -16,4 +16,13 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out);
 /// CUDA tensors are handled by ONE fused launch and ONE host sync for the flag, whatever their number.
 bool unscale_and_check_all(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs);
 
+namespace cuda {
+/// For every k: outs[k] (float32, CUDA) = grads[k] * inv_scale (product in double, rounded once to
+/// float), in ONE kernel launch over all tensors; sets found_inf[0] = 1.0f (a float32 CUDA tensor
+/// of one element, zeroed by the caller) if any result is inf/NaN. Does not wait for the GPU.
+/// (PyTorch's _amp_foreach_non_finite_check_and_unscale_ idea; in unscale_cuda.cu.)
+void unscale_and_check_multi(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs,
+                             Tensor& found_inf);
+}  // namespace cuda
+
 }  // namespace ampgrad::amp

@@ -23,23 +23,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string safetensors_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return "F32";
-    case DType::kFloat16: return "F16";
-    case DType::kFloat64: return "F64";
-  }
-  return "?";
-}
-
-bool parse_dtype(const std::string& name, DType& dtype) {
-  if (name == "F32") dtype = DType::kFloat32;
-  else if (name == "F16") dtype = DType::kFloat16;
-  else if (name == "F64") dtype = DType::kFloat64;
-  else return false;
-  return true;
-}
-
 std::string folder_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -77,7 +60,7 @@ void save_safetensors(const std::string& path, const NamedTensors& contents) {
              "' is reserved or used twice");
     Tensor cpu = tensor.detach().to(Device::kCPU);
     const uint64_t nbytes = static_cast<uint64_t>(cpu.numel()) * element_size(cpu.dtype());
-    header[name] = {{"dtype", safetensors_dtype(cpu.dtype())},
+    header[name] = {{"dtype", std::string(dtype_info(cpu.dtype()).safetensors_name)},
                     {"shape", cpu.shape()},
                     {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
@@ -153,10 +136,12 @@ NamedTensors parse_safetensors(const std::string& bytes, const std::string& sour
       fail(where + "needs dtype, shape and data_offsets");
     }
     const json& dtype_json = entry["dtype"];
-    DType dtype;
-    if (!dtype_json.is_string() || !parse_dtype(dtype_json.get<std::string>(), dtype)) {
+    const std::optional<DType> parsed =
+        dtype_json.is_string() ? dtype_from_safetensors_name(dtype_json.get<std::string>()) : std::nullopt;
+    if (!parsed) {
       fail(where + "unsupported dtype " + dtype_json.dump() + " (ampgrad reads F32, F16 and F64)");
     }
+    const DType dtype = *parsed;
     const json& shape_json = entry["shape"];
     if (!shape_json.is_array() || shape_json.size() > 8) fail(where + "shape must be an array of at most 8 dimensions");
     Shape shape;

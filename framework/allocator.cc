@@ -12,8 +12,7 @@
 #include "framework/error.h"
 
 #if defined(AMPGRAD_WITH_CUDA)
-#include "framework/cuda/cuda_allocator.h"
-#include "framework/cuda/cuda_copy.h"
+#include "framework/device_cuda.h"
 #endif
 
 namespace ampgrad {
@@ -160,51 +159,15 @@ class CpuAllocator final : public Allocator {
 }  // namespace
 
 Allocator& allocator_for(Device device) {
-  switch (device) {
-    case Device::kCPU: {
-      static CpuAllocator* cpu = new CpuAllocator();  // never destroyed: tensors may outlive statics
-      return *cpu;
-    }
-    case Device::kCUDA:
+  static CpuAllocator* cpu = new CpuAllocator();  // never destroyed: tensors may outlive statics
+  if (device == Device::kCPU) return *cpu;
+  require_backend(device, "allocating memory");
 #if defined(AMPGRAD_WITH_CUDA)
-      return cuda::caching_allocator();
-#else
-      AG_FAIL("this build of ampgrad has no CUDA backend (the CUDA toolkit was not found at build time); ",
-              "hint: use Device::kCPU, or rebuild on a machine with the CUDA toolkit installed");
+  return cuda::caching_allocator();
 #endif
-  }
   AG_FAIL("unknown device");
 }
 
 MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
-
-}  // namespace ampgrad
-
-namespace ampgrad {
-
-void synchronize(Device device) {
-  if (device == Device::kCPU) return;
-#if defined(AMPGRAD_WITH_CUDA)
-  cuda::synchronize();
-#else
-  allocator_for(device);  // throws the clear "no CUDA backend" error
-#endif
-}
-
-int64_t cuda_host_sync_count() {
-#if defined(AMPGRAD_WITH_CUDA)
-  return cuda::host_sync_count();
-#else
-  return 0;
-#endif
-}
-
-bool cuda_is_available() {
-#if defined(AMPGRAD_WITH_CUDA)
-  return cuda::device_count() > 0;
-#else
-  return false;
-#endif
-}
 
 }  // namespace ampgrad

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "framework/dtype.h"
+#include "framework/device.h"
 
 namespace ampgrad {
 
@@ -29,12 +29,6 @@ Allocator& allocator_for(Device device);
 
 /// Live, peak and reserved bytes of a device's allocator.
 MemoryStats memory_stats(Device device);
-
-/// Waits until every queued operation on `device` has finished (nothing to wait for on the CPU).
-void synchronize(Device device);
-/// How many times the host has waited for the GPU so far (synchronize(kCUDA) and device-to-host
-/// copies): the benchmarks use it to count host syncs per training step. 0 without CUDA.
-int64_t cuda_host_sync_count();
 
 /// CPU allocations are aligned to a cache line (and to any AVX-512 vector).
 inline constexpr size_t kCpuAlignment = 64;

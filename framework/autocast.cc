@@ -1,6 +1,7 @@
 // Autocast: per-thread state, the cast policies, and the cast cache for FP32 leaves.
 #include "framework/autocast.h"
 
+#include <array>
 #include <unordered_map>
 
 #include "framework/autograd.h"
@@ -22,14 +23,12 @@ struct CacheEntry {
 };
 
 struct ThreadState {
-  State per_device[2];
+  std::array<State, kNumDevices> per_device;
   size_t depth = 0;
   std::unordered_map<const TensorImpl*, CacheEntry> cache;  // keyed by source; one autocast dtype at a time
 };
 
 thread_local ThreadState tls;
-
-size_t device_index(Device device) { return device == Device::kCPU ? 0 : 1; }
 
 // The autocast copy of `t` in `dtype`. FP32 leaves that require grad (parameters) are cast once
 // per region and reused; a cached copy is used only if the leaf has not changed since (version)
@@ -86,11 +85,13 @@ void cast_inputs(const OpInfo& info, std::span<Tensor> inputs) {
   const State s = state(first->device());
   if (!s.enabled) return;
   for (Tensor& t : inputs) {
-    // float64 is never autocast (as in PyTorch); a device mismatch is left for the op's check to report.
-    if (!t.defined() || t.dtype() == DType::kFloat64 || t.device() != first->device()) continue;
+    // float64 and integer tensors are never autocast (as in PyTorch); a device mismatch is left for
+    // the op's check to report.
+    const bool eligible = t.defined() && dtype_info(t.dtype()).is_floating && t.dtype() != DType::kFloat64;
+    if (!eligible || t.device() != first->device()) continue;
     if (info.cast_policy == CastPolicy::kLowerPrecision && t.dtype() != s.dtype) {
       t = cached_cast(t, s.dtype);
-    } else if (info.cast_policy == CastPolicy::kFloat32 && t.dtype() == DType::kFloat16) {
+    } else if (info.cast_policy == CastPolicy::kFloat32 && is_low_precision(t.dtype())) {
       t = t.to(DType::kFloat32);
     }
   }

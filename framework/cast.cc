@@ -8,50 +8,40 @@ namespace ampgrad {
 
 namespace {
 
-struct Cast {
+// The result in another dtype or on another device (or both); the backward converts the gradient
+// back to the source's dtype and device.
+struct Convert {
   static constexpr OpInfo kInfo{"cast", CastPolicy::kNone};
   DType dtype;
-  DType source_dtype = DType::kFloat32;
-
-  void check(const Tensor&) const {}
-
-  Tensor forward(SavedTensors&, const Tensor& x) {
-    source_dtype = x.dtype();
-    Tensor out = Tensor::empty(x.shape(), dtype, x.device());
-    copy_(out, x);
-    return out;
-  }
-
-  std::vector<Tensor> backward(const SavedTensors&, const Tensor& dy) const { return {dy.to(source_dtype)}; }
-};
-
-struct ToDevice {
-  static constexpr OpInfo kInfo{"to_device", CastPolicy::kNone};
   Device device;
+  DType source_dtype = DType::kFloat32;
   Device source_device = Device::kCPU;
 
   void check(const Tensor&) const {}
 
   Tensor forward(SavedTensors&, const Tensor& x) {
+    source_dtype = x.dtype();
     source_device = x.device();
-    Tensor out = Tensor::empty(x.shape(), x.dtype(), device);
+    Tensor out = Tensor::empty(x.shape(), dtype, device);
     copy_(out, x);
     return out;
   }
 
-  std::vector<Tensor> backward(const SavedTensors&, const Tensor& dy) const { return {dy.to(source_device)}; }
+  std::vector<Tensor> backward(const SavedTensors&, const Tensor& dy) const {
+    return {dy.to(source_dtype).to(source_device)};
+  }
 };
 
 }  // namespace
 
 Tensor Tensor::to(DType dtype) const {
   if (this->dtype() == dtype) return *this;
-  return dispatch(Cast{.dtype = dtype}, *this);
+  return dispatch(Convert{.dtype = dtype, .device = device()}, *this);
 }
 
 Tensor Tensor::to(Device device) const {
   if (this->device() == device) return *this;
-  return dispatch(ToDevice{.device = device}, *this);
+  return dispatch(Convert{.dtype = dtype(), .device = device}, *this);
 }
 
 }  // namespace ampgrad

@@ -9,7 +9,7 @@
 #include "framework/tensor_impl.h"
 
 #if defined(AMPGRAD_WITH_CUDA)
-#include "framework/cuda/cuda_copy.h"
+#include "framework/device_cuda.h"
 #endif
 
 namespace ampgrad {
@@ -53,10 +53,9 @@ void copy_(Tensor& dst, const Tensor& src) {
   if (dst.device() == Device::kCPU && src.device() == Device::kCPU) {
     copy_cpu(dst, src);
   } else {
+    require_backend(Device::kCUDA, "copy_");
 #if defined(AMPGRAD_WITH_CUDA)
-    cuda::copy(dst, src);
-#else
-    AG_FAIL("copy_: ", src.to_string(), " -> ", dst.to_string(), " needs the CUDA backend, which this build lacks");
+    cuda::copy_raw(dst.data_ptr(), dst.dtype(), dst.device(), src.data_ptr(), src.dtype(), src.device(), src.numel());
 #endif
   }
   dst.bump_version();
@@ -69,10 +68,9 @@ void fill_(Tensor& dst, double value) {
       std::fill_n(dst.data<T>(), dst.numel(), store<T>(static_cast<ComputeType<T>>(value)));
     });
   } else {
+    require_backend(dst.device(), "fill_");
 #if defined(AMPGRAD_WITH_CUDA)
-    cuda::fill(dst, value);
-#else
-    AG_FAIL("fill_: ", dst.to_string(), " needs the CUDA backend, which this build lacks");
+    cuda::fill_raw(dst.data_ptr(), dst.dtype(), dst.numel(), value);
 #endif
   }
   dst.bump_version();
@@ -89,10 +87,9 @@ void accumulate_(Tensor& dst, const Tensor& src) {
       for (int64_t i = 0; i < dst.numel(); ++i) d[i] = store<T>(load(d[i]) + load(s[i]));
     });
   } else {
+    require_backend(dst.device(), "accumulate_");
 #if defined(AMPGRAD_WITH_CUDA)
-    cuda::accumulate(dst, src);
-#else
-    AG_FAIL("accumulate_: ", dst.to_string(), " needs the CUDA backend, which this build lacks");
+    cuda::accumulate_raw(dst.data_ptr(), src.data_ptr(), dst.dtype(), dst.numel());
 #endif
   }
   dst.bump_version();

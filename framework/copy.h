@@ -1,5 +1,6 @@
 // Storage-level primitives the framework itself needs (dtype conversion, device transfer,
-// filling, gradient accumulation). The math of ops lives in ops/.
+// filling, gradient accumulation). The math of ops lives in ops/. The CPU loops are in copy.cc,
+// the CUDA ones in copy_cuda.cu (declared in device_cuda.h).
 #pragma once
 
 #include "framework/tensor.h"

@@ -1,56 +1,94 @@
-// Element types and devices: the two coordinates every kernel is picked by.
+// Element types: every fact about a dtype (name, size, file-format name, precision class,
+// promotion rank, storage and compute types) lives in its DTypeTraits row below, and nowhere else.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string_view>
 
+#include "framework/device.h"
 #include "framework/half.h"
 
 namespace ampgrad {
 
 enum class DType : uint8_t { kFloat32, kFloat16, kFloat64 };
-enum class Device : uint8_t { kCPU, kCUDA };
+inline constexpr size_t kNumDTypes = 3;
 
-std::string_view dtype_name(DType dtype);    // "float32", "float16", "float64"
-std::string_view device_name(Device device);  // "cpu", "cuda"
-size_t element_size(DType dtype);
-/// The wider of two dtypes (float16 < float32 < float64): what binary ops promote to.
-DType promote_types(DType a, DType b);
+/// The value facts of a dtype (the type facts, Storage and Compute, are in DTypeTraits).
+struct DTypeInfo {
+  std::string_view name;              // "float32", as PyTorch prints it
+  std::string_view safetensors_name;  // "F32": the dtype string of the safetensors format
+  size_t size;                        // bytes per element
+  bool is_floating;
+  bool is_low_precision;  // a 16-bit float: autocast's compute dtype, kept with an FP32 master copy
+  int promotion_rank;     // binary ops promote to the input of highest rank
+  double eps;             // gap between 1 and the next value (2^-23 for float32): the precision unit
+};
+
+/// One row per dtype: Storage is the C++ type kernels read and write, Compute the one they
+/// compute in (float for 16-bit storage, as tensor cores do).
+template <DType D> struct DTypeTraits;
+template <> struct DTypeTraits<DType::kFloat32> {
+  using Storage = float;
+  using Compute = float;
+  static constexpr DTypeInfo info{"float32", "F32", 4, true, false, 2, 0x1p-23};
+};
+template <> struct DTypeTraits<DType::kFloat16> {
+  using Storage = Half;
+  using Compute = float;
+  static constexpr DTypeInfo info{"float16", "F16", 2, true, true, 1, 0x1p-10};
+};
+template <> struct DTypeTraits<DType::kFloat64> {
+  using Storage = double;
+  using Compute = double;
+  static constexpr DTypeInfo info{"float64", "F64", 8, true, false, 3, 0x1p-52};
+};
+
+inline constexpr std::array<DTypeInfo, kNumDTypes> kDTypeTable = {
+    DTypeTraits<DType::kFloat32>::info, DTypeTraits<DType::kFloat16>::info, DTypeTraits<DType::kFloat64>::info};
+inline constexpr std::array<DType, kNumDTypes> kAllDTypes = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
+
+constexpr const DTypeInfo& dtype_info(DType dtype) { return kDTypeTable[static_cast<size_t>(dtype)]; }
+constexpr std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }
+constexpr size_t element_size(DType dtype) { return dtype_info(dtype).size; }
+constexpr bool is_low_precision(DType dtype) { return dtype_info(dtype).is_low_precision; }
+/// The wider of two dtypes by promotion rank: what binary ops promote to.
+constexpr DType promote_types(DType a, DType b) {
+  return dtype_info(a).promotion_rank >= dtype_info(b).promotion_rank ? a : b;
+}
+/// The dtype whose safetensors name is `name` ("F16" -> float16), if ampgrad has it.
+std::optional<DType> dtype_from_safetensors_name(std::string_view name);
 
 std::ostream& operator<<(std::ostream& out, DType dtype);
-std::ostream& operator<<(std::ostream& out, Device device);
 
-/// The C++ storage type of each dtype, for kernels: StorageType<DType::kFloat16> is Half.
-template <DType D> struct StorageTypeOf;
-template <> struct StorageTypeOf<DType::kFloat32> { using type = float; };
-template <> struct StorageTypeOf<DType::kFloat16> { using type = Half; };
-template <> struct StorageTypeOf<DType::kFloat64> { using type = double; };
-template <DType D> using StorageType = typename StorageTypeOf<D>::type;
+template <DType D> using StorageType = typename DTypeTraits<D>::Storage;
 
 /// Calls fn(T{}) with T the storage type of `dtype`: one switch instead of one per kernel.
 template <typename Fn>
 decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kFloat32: return fn(float{});
-    case DType::kFloat16: return fn(Half{});
-    case DType::kFloat64: return fn(double{});
+    case DType::kFloat32: return fn(StorageType<DType::kFloat32>{});
+    case DType::kFloat16: return fn(StorageType<DType::kFloat16>{});
+    case DType::kFloat64: return fn(StorageType<DType::kFloat64>{});
   }
   return fn(float{});  // unreachable: every enumerator is handled above
 }
 
-/// Converts between a storage type and its compute type (float for Half and float, double for double).
-template <typename T> struct ComputeTypeOf { using type = T; };
-template <> struct ComputeTypeOf<Half> { using type = float; };
-template <typename T> using ComputeType = typename ComputeTypeOf<T>::type;
+/// The dtype and compute type of a storage type: DTypeOf<Half> is kFloat16, ComputeType<Half> float.
+template <typename T> struct StorageTraits;
+template <> struct StorageTraits<float> : DTypeTraits<DType::kFloat32> { static constexpr DType kDType = DType::kFloat32; };
+template <> struct StorageTraits<Half> : DTypeTraits<DType::kFloat16> { static constexpr DType kDType = DType::kFloat16; };
+template <> struct StorageTraits<double> : DTypeTraits<DType::kFloat64> { static constexpr DType kDType = DType::kFloat64; };
+template <typename T> inline constexpr DType kDTypeOf = StorageTraits<T>::kDType;
+template <typename T> using ComputeType = typename StorageTraits<T>::Compute;
 
+/// Storage <-> compute conversions for kernels: store(op(load(a), load(b))).
 template <typename T> inline ComputeType<T> load(T v) { return v; }
 inline float load(Half v) { return half_to_float(v); }
 template <typename T> inline T store(ComputeType<T> v) { return v; }
 template <> inline Half store<Half>(float v) { return float_to_half(v); }
-
-/// True when the CUDA backend is compiled in and a usable GPU and driver are present.
-bool cuda_is_available();
 
 }  // namespace ampgrad

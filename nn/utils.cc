@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "framework/error.h"
-#include "ops/kernels.h"
+#include "ops/elementwise_kernels.h"
 
 namespace ampgrad::nn::utils {
 

@@ -2,7 +2,8 @@
 // scalar forms (x * s, x + s), and relu.
 #include "framework/dispatch.h"
 #include "ops/checks.h"
-#include "ops/kernels.h"
+#include "ops/elementwise_kernels.h"
+#include "ops/reduce_kernels.h"
 #include "ops/ops.h"
 
 namespace ampgrad::ops {

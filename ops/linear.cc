@@ -3,7 +3,8 @@
 //   backward: dx = dy w, dw = dy^T x, db = sum_rows(dy);   da = dc b^T, db = a^T dc
 #include "framework/dispatch.h"
 #include "ops/checks.h"
-#include "ops/kernels.h"
+#include "ops/linear_kernels.h"
+#include "ops/reduce_kernels.h"
 #include "ops/ops.h"
 
 namespace ampgrad::ops {

@@ -2,7 +2,7 @@
 //   d/dpred = 2 (pred - target) / N * dloss,   d/dtarget = -d/dpred
 #include "framework/dispatch.h"
 #include "ops/checks.h"
-#include "ops/kernels.h"
+#include "ops/loss_kernels.h"
 #include "ops/ops.h"
 
 namespace ampgrad::ops {

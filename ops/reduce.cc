@@ -4,7 +4,8 @@
 
 #include "framework/dispatch.h"
 #include "ops/checks.h"
-#include "ops/kernels.h"
+#include "ops/elementwise_kernels.h"
+#include "ops/reduce_kernels.h"
 #include "ops/ops.h"
 
 namespace ampgrad::ops {

@@ -42,7 +42,7 @@ class Adam : public Optimizer {
  protected:
   enum class Decay : bool { kL2, kDecoupled };  // Adam adds wd*w to the gradient; AdamW decays w
   Adam(std::vector<Tensor> params, AdamOptions options, Decay decay);
-  ParamCopy update(size_t index, Tensor& master, const Tensor& grad) override;
+  void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) override;
   void save_param_state(size_t index, ParamState& out) const override;
   void load_param_state(size_t index, const ParamState& in) override;
 

@@ -15,8 +15,9 @@ Optimizer::Optimizer(std::vector<Tensor> params)
     AG_CHECK(p.defined(), "optimizer: parameter ", i, " is undefined");
     AG_CHECK(p.is_leaf(), "optimizer: parameter ", i, " (", p.to_string(), ") was produced by an op; ",
              "hint: optimize leaves (model.parameters()), or detach() it and set_requires_grad(true)");
-    AG_CHECK(p.dtype() != DType::kFloat64, "optimizer: parameter ", i, " is ", p.to_string(),
-             "; optimizers update float32 and float16 parameters (float16 through an FP32 master copy)");
+    AG_CHECK(p.dtype() == DType::kFloat32 || is_low_precision(p.dtype()), "optimizer: parameter ", i, " is ",
+             p.to_string(), "; optimizers update float32 and lower-precision parameters (the latter through an ",
+             "FP32 master copy)");
     for (size_t j = 0; j < i; ++j) {
       AG_CHECK(!params_[j].is_same(p), "optimizer: parameter ", i, " is the same tensor as parameter ", j);
     }
@@ -67,29 +68,21 @@ Tensor Optimizer::fp32_grad(size_t index) {
   return p.grad().detach().to(DType::kFloat32);
 }
 
-Tensor Optimizer::fused_param_copy(size_t index) const {
-  const Tensor& p = params_.at(index);
-  return p.dtype() == DType::kFloat16 && p.device() == Device::kCUDA ? p : Tensor();
-}
-
 void Optimizer::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     const Tensor grad = fp32_grad(i);
     if (!grad.defined()) continue;
     Tensor master = master_of(i);
-    const ParamCopy copy = update(i, master, grad);
-    if (master.is_same(p)) {
-      p.bump_version();  // updated in place
-      continue;
+    const bool has_master = !master.is_same(p);
+    // The update rounds the new master into a lower-precision parameter in the same pass.
+    update(i, master, grad, has_master ? kernels::RoundedCopy{p.data_ptr(), p.dtype()} : kernels::RoundedCopy{});
+    p.bump_version();
+    if (has_master) {
+      master.bump_version();
+      master.set_grad(Tensor());  // consumed: the next step derives it afresh
+      mark_in_sync(i);
     }
-    if (copy == ParamCopy::kWritten) {
-      p.bump_version();  // the fused kernel already wrote the rounded copy
-    } else {
-      copy_(p, master);  // round the FP32 master into the lower-precision parameter
-    }
-    master.set_grad(Tensor());  // consumed: the next step derives it afresh
-    mark_in_sync(i);
   }
 }
 

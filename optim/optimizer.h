@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "framework/tensor.h"
+#include "optim/update_kernels.h"
 
 namespace ampgrad::optim {
 
@@ -20,7 +21,7 @@ struct ParamState {
 
 class Optimizer {
  public:
-  /// Any float16 parameter gets an FP32 master copy (param.master()): the step updates the
+  /// Any lower-precision parameter gets an FP32 master copy (param.master()): the step updates the
   /// master in FP32 and writes the rounded value back into the parameter.
   explicit Optimizer(std::vector<Tensor> params);
   virtual ~Optimizer() = default;
@@ -56,11 +57,9 @@ class Optimizer {
   void load_state(const std::vector<ParamState>& state);
 
  protected:
-  /// Whether update() also wrote the lower-precision parameter (a fused kernel does), so step()
-  /// need not round the master into it.
-  enum class ParamCopy : bool { kNeeded, kWritten };
-  /// The update rule for parameter `index`: `master` (FP32) -= f(grad, state).
-  virtual ParamCopy update(size_t index, Tensor& master, const Tensor& grad) = 0;
+  /// The update rule for parameter `index`: `master` (FP32) -= f(grad, state), writing the
+  /// rounded parameter into `copy` in the same pass (see optim/update_kernels.h).
+  virtual void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) = 0;
   /// Subclass state of parameter `index` (momentum, moments, step counts) for state()/load_state().
   virtual void save_param_state(size_t index, ParamState& out) const = 0;
   virtual void load_param_state(size_t index, const ParamState& in) = 0;
@@ -68,10 +67,6 @@ class Optimizer {
   /// parameter's shape, onto the parameter's device.
   Tensor loaded_tensor(size_t index, const ParamState& in, const std::string& key) const;
 
-  /// For update(): the lower-precision parameter `index` when a fused kernel should write its
-  /// rounded copy in the same pass (then update() returns kWritten), else undefined. Used by the
-  /// CUDA SGD/Adam kernels.
-  Tensor fused_param_copy(size_t index) const;
   double lr_ = 0.0;
 
  private:

@@ -24,10 +24,9 @@ class SGD : public Optimizer {
   const Tensor& momentum_buffer(size_t index) const { return buffers_.at(index); }
 
  protected:
-  ParamCopy update(size_t index, Tensor& master, const Tensor& grad) override;
+  void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) override;
   void save_param_state(size_t index, ParamState& out) const override;
   void load_param_state(size_t index, const ParamState& in) override;
-  ParamCopy update_cuda(size_t index, Tensor& master, const Tensor& grad);  // fused kernel (optim/cuda)
 
  private:
   SGDOptions options_;

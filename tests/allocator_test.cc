@@ -5,7 +5,14 @@
 #include <cstdint>
 #include <thread>
 
-#include "ampgrad.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
 
 namespace ag = ampgrad;
 using ag::Tensor;

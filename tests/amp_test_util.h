@@ -1,5 +1,5 @@
-// Helpers shared by the AMP tests (autocast, GradScaler, master weights): byte snapshots,
-// error-message checks, a fixed regression task and small training loops.
+// Helpers shared by the AMP tests (autocast, GradScaler, master weights): a fixed regression task
+// and small training loops (the general helpers are in test_util.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,49 +12,25 @@
 #include <string>
 #include <vector>
 
-#include "ampgrad.h"
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/module.h"
+#include "nn/utils.h"
+#include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
+#include "test_util.h"
 
 namespace ampgrad::amp_testing {
-
-/// The raw bytes of a tensor's storage (for "bit-identical" checks).
-inline std::vector<uint8_t> bytes_of(const Tensor& t) {
-  std::vector<uint8_t> out(static_cast<size_t>(t.numel()) * element_size(t.dtype()));
-  if (!out.empty()) std::memcpy(out.data(), t.data_ptr(), out.size());
-  return out;
-}
-
-/// Expects fn() to throw ampgrad::Error whose message contains `needle`.
-inline void expect_error_containing(const std::function<void()>& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected ampgrad::Error containing \"" << needle << "\", nothing was thrown";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message \"" << e.what() << "\" lacks \"" << needle << "\"";
-  }
-}
-
-inline bool all_finite(const Tensor& t) {
-  for (double v : t.to_double_vector()) {
-    if (!std::isfinite(v)) return false;
-  }
-  return true;
-}
-
-/// max_i |a_i - b_i| over two equally sized tensors of any dtype.
-inline double max_abs_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  EXPECT_EQ(x.size(), y.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
-  return worst;
-}
-
-inline double max_abs(const Tensor& t) {
-  double worst = 0.0;
-  for (double v : t.to_double_vector()) worst = std::max(worst, std::abs(v));
-  return worst;
-}
 
 /// A fixed regression task: y = x w_true + 0.5 relu(x[:, 0]) + noise * N(0, 1), x ~ N(0, 1).
 struct Regression {

@@ -2,16 +2,31 @@
 // state, gradients of FP32 leaves used in FP16, and the cast cache's freshness guarantees.
 #include <gtest/gtest.h>
 
-#include "ampgrad.h"
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"
 #include "amp_test_util.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/module.h"
+#include "nn/utils.h"
+#include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
 
 namespace ag = ampgrad;
 using ag::DType;
 using ag::Device;
 using ag::Tensor;
 using ag::amp::AutocastGuard;
-using ag::amp_testing::max_abs;
-using ag::amp_testing::max_abs_diff;
+using ag::test::max_abs;
+using ag::test::max_abs_diff;
 
 namespace {
 
@@ -132,7 +147,7 @@ TEST(AutocastGuardState, EachDeviceHasItsOwnState) {
 }
 
 TEST(AutocastGuardState, OnlyFloat16IsAcceptedAndARejectedGuardChangesNothing) {
-  ag::amp_testing::expect_error_containing([] { AutocastGuard bad(Device::kCPU, DType::kFloat32); }, "float16");
+  EXPECT_ERROR([] { AutocastGuard bad(Device::kCPU, DType::kFloat32); }, "float16");
   EXPECT_FALSE(ag::amp::is_autocast_enabled(Device::kCPU));
   EXPECT_EQ(ag::autocast::cache_size(), 0u);
 }

@@ -5,8 +5,19 @@
 #include <string>
 #include <vector>
 
-#include "ampgrad.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
 #include "framework/copy.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/module.h"
+#include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;

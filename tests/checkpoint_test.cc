@@ -10,7 +10,24 @@
 #include <functional>
 #include <memory>
 
-#include "ampgrad.h"
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/module.h"
+#include "nn/utils.h"
+#include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
 
 namespace ag = ampgrad;
 namespace ck = ampgrad::checkpoint;

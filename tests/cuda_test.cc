@@ -1,17 +1,21 @@
-// The CUDA backend against the CPU: every op forward and backward in float32 and float16, the
-// caching allocator, device transfers, device-mismatch errors, and GradScaler + optimizers.
+// The CUDA backend against the CPU: every row of the shared op-case table forward and backward in
+// float32 and float16, the caching allocator, device transfers, device-mismatch errors, and
+// GradScaler + optimizers.
 // Without a GPU (or driver) every case except the availability check skips with the reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
-#include <random>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "ampgrad.h"
+#include "op_cases.h"
+#include "test_util.h"
 
 namespace ag = ampgrad;
+namespace agt = ampgrad::test;
 
 namespace {
 
@@ -22,96 +26,46 @@ namespace {
                       "CPU-only build); run tools/gpu_check.sh on a GPU machine";               \
   } while (false)
 
-std::vector<float> random_values(int64_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(gen);
-  return v;
+std::vector<float> random_values(int64_t n, uint64_t seed, float lo = -2.0f, float hi = 2.0f) {
+  const std::vector<double> v = agt::random_values(static_cast<size_t>(n), lo, hi, seed);
+  return std::vector<float>(v.begin(), v.end());
 }
 
-// Differences between two backends come from summation order and rounding ties, so the
-// tolerance is a few units of the dtype's precision, relative to the reference, plus an absolute floor.
+// Differences between two backends come from summation order and rounding ties.
 void expect_close(const std::vector<float>& cuda, const std::vector<float>& cpu, ag::DType dtype,
                   const std::string& what) {
-  ASSERT_EQ(cuda.size(), cpu.size()) << what;
-  const double rtol = dtype == ag::DType::kFloat16 ? 4e-3 : 2e-5;
-  const double atol = dtype == ag::DType::kFloat16 ? 4e-3 : 2e-5;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    ASSERT_NEAR(cuda[i], cpu[i], atol + std::abs(cpu[i]) * rtol) << what << " element " << i;
-  }
+  const std::vector<double> a(cuda.begin(), cuda.end()), b(cpu.begin(), cpu.end());
+  EXPECT_CLOSE(a, b, dtype, agt::between_results({.k = 4, .magnitude = 2})) << what;
 }
 
-struct OpResult {
-  std::vector<float> out;
-  std::vector<std::vector<float>> grads;
-};
+// Every row of the shared op-case table on CUDA: the forward against the float64 reference (as the
+// CPU is checked in ops_test.cc) and every input's gradient against the CPU's.
+class CudaOpTest : public ::testing::TestWithParam<std::tuple<agt::OpCase, ag::DType>> {};
 
-using OpFn = std::function<ag::Tensor(const std::vector<ag::Tensor>&)>;
-
-// Builds the inputs on `device` in `dtype`, runs f, backpropagates a fixed random upstream
-// gradient and returns the output and every input's gradient as host floats.
-OpResult run_op(const OpFn& f, const std::vector<ag::Shape>& shapes, ag::DType dtype, ag::Device device) {
-  std::vector<ag::Tensor> inputs;
-  for (size_t k = 0; k < shapes.size(); ++k) {
-    ag::Tensor t = ag::Tensor::from_vector(random_values(ag::shape_numel(shapes[k]), 100 + k), shapes[k], dtype, device);
-    t.set_requires_grad(true);
-    inputs.push_back(t);
-  }
-  ag::Tensor out = f(inputs);
-  EXPECT_EQ(out.device(), device);
-  const ag::Tensor dout = ag::Tensor::from_vector(random_values(out.numel(), 7), out.shape(), out.dtype(), device);
-  out.backward(dout);
-  OpResult result{.out = out.to_vector(), .grads = {}};
-  for (const ag::Tensor& t : inputs) {
-    result.grads.push_back(t.grad().defined() ? t.grad().to_vector() : std::vector<float>{});
-  }
-  return result;
-}
-
-struct OpCase {
-  std::string name;
-  OpFn f;
-  std::vector<ag::Shape> shapes;
-};
-
-std::vector<OpCase> op_cases() {
-  using V = std::vector<ag::Tensor>;
-  return {
-      {"linear_bias", [](const V& v) { return ag::ops::linear(v[0], v[1], v[2]); }, {{5, 16}, {7, 16}, {7}}},
-      {"linear_nobias", [](const V& v) { return ag::ops::linear(v[0], v[1]); }, {{33, 64}, {9, 64}}},
-      {"matmul", [](const V& v) { return ag::ops::matmul(v[0], v[1]); }, {{6, 40}, {40, 3}}},
-      {"add", [](const V& v) { return v[0] + v[1]; }, {{4, 37}, {4, 37}}},
-      {"sub_row_broadcast", [](const V& v) { return v[0] - v[1]; }, {{5, 6}, {6}}},
-      {"mul_scalar_broadcast", [](const V& v) { return v[0] * v[1]; }, {{3, 129}, {1}}},
-      {"mul", [](const V& v) { return v[0] * v[1]; }, {{1000}, {1000}}},
-      {"scale", [](const V& v) { return v[0] * 2.5f; }, {{17, 3}}},
-      {"relu", [](const V& v) { return ag::ops::relu(v[0]); }, {{8, 33}}},
-      {"sum", [](const V& v) { return ag::ops::sum(v[0]); }, {{50, 41}}},
-      {"mean", [](const V& v) { return ag::ops::mean(v[0]); }, {{3, 1000}}},
-      {"mse_loss", [](const V& v) { return ag::ops::mse_loss(v[0], v[1]); }, {{64, 9}, {64, 9}}},
-  };
-}
-
-class CudaOpTest : public ::testing::TestWithParam<ag::DType> {};
-
-TEST_P(CudaOpTest, ForwardAndBackwardMatchCpu) {
+TEST_P(CudaOpTest, MatchesReferenceAndCpu) {
   SKIP_WITHOUT_CUDA();
-  const ag::DType dtype = GetParam();
-  for (const OpCase& c : op_cases()) {
-    SCOPED_TRACE(c.name);
-    const OpResult cpu = run_op(c.f, c.shapes, dtype, ag::Device::kCPU);
-    const OpResult gpu = run_op(c.f, c.shapes, dtype, ag::Device::kCUDA);
-    expect_close(gpu.out, cpu.out, dtype, c.name + " forward");
-    ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
-    for (size_t k = 0; k < cpu.grads.size(); ++k) {
-      expect_close(gpu.grads[k], cpu.grads[k], dtype, c.name + " grad of input " + std::to_string(k));
-    }
+  const auto& [op, dtype] = GetParam();
+  std::vector<agt::Values> values;
+  for (const ag::Tensor& t : agt::make_inputs(op, dtype)) values.push_back(t.to_double_vector());
+  const ag::Tensor out = op.fn(agt::make_inputs(op, dtype, ag::Device::kCUDA));
+  EXPECT_EQ(out.device(), ag::Device::kCUDA);
+  EXPECT_CLOSE(out, op.reference(values), dtype, op.tol) << "forward";
+
+  const std::vector<ag::Tensor> inputs = agt::make_inputs(op, ag::DType::kFloat64);
+  const agt::Evaluated cpu = agt::evaluate(op.fn, inputs, dtype, ag::Device::kCPU);
+  const agt::Evaluated gpu = agt::evaluate(op.fn, inputs, dtype, ag::Device::kCUDA);
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+    EXPECT_CLOSE(gpu.grads[i], cpu.grads[i], dtype, agt::between_results(op.tol)) << "gradient of input " << i;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, CudaOpTest, ::testing::Values(ag::DType::kFloat32, ag::DType::kFloat16),
-                         [](const auto& info) { return std::string(ag::dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Ops, CudaOpTest,
+                         ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
+                                            ::testing::Values(ag::DType::kFloat32, ag::DType::kFloat16)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
+                         });
 
 TEST(CudaTest, AvailabilityQueryNeverCrashes) {
   // Runs everywhere: with no driver (error 35) or no device this is false, quietly.
@@ -120,6 +74,25 @@ TEST(CudaTest, AvailabilityQueryNeverCrashes) {
   if (!available) {
     EXPECT_THROW(ag::ones({2}).to(ag::Device::kCUDA), ag::Error);
   }
+}
+
+// cuda::set_allow_tf32 (PyTorch's allow_tf32): off, a float32 GEMM matches the float64 reference to
+// float32 precision; on, its inputs are rounded to TF32's 10 mantissa bits, so it misses that
+// bound yet stays within TF32's (eps 2^-10, as float16's).
+TEST(CudaTest, Tf32SwitchChangesFloat32GemmPrecision) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t m = 64, k = 512, n = 48;
+  const std::vector<double> a = agt::random_values(m * k, -1.0, 1.0, 41), b = agt::random_values(k * n, -1.0, 1.0, 42);
+  const std::vector<double> expected = agt::matmul_ref(a, b, m, k, n);
+  const ag::Tensor ga = ag::Tensor::from_vector(a, {m, k}, ag::DType::kFloat32, ag::Device::kCUDA);
+  const ag::Tensor gb = ag::Tensor::from_vector(b, {k, n}, ag::DType::kFloat32, ag::Device::kCUDA);
+  const agt::Tol tol{.k = k, .magnitude = 1};
+  EXPECT_CLOSE(ag::ops::matmul(ga, gb), expected, ag::DType::kFloat32, tol) << "TF32 off";
+  ag::cuda::set_allow_tf32(true);
+  const ag::Tensor tf32 = ag::ops::matmul(ga, gb);
+  ag::cuda::set_allow_tf32(false);
+  EXPECT_FALSE(agt::all_close(tf32.to_double_vector(), expected, ag::DType::kFloat32, tol)) << "TF32 on had no effect";
+  EXPECT_CLOSE(tf32, expected, ag::DType::kFloat16, tol) << "TF32 on";
 }
 
 TEST(CudaTest, AllocatorReusesFreedBlocks) {

@@ -8,8 +8,16 @@
 #include <tuple>
 #include <vector>
 
-#include "ampgrad.h"
-#include "ops/kernels.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "ops/linear_kernels.h"
+#include "ops/ops.h"
 #include "test_util.h"
 
 namespace ampgrad::kernels {

@@ -7,15 +7,29 @@
 #include <limits>
 #include <vector>
 
-#include "ampgrad.h"
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"
 #include "amp/unscale.h"
 #include "amp_test_util.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/module.h"
+#include "nn/utils.h"
+#include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
 
 namespace ag = ampgrad;
 using ag::Tensor;
 using ag::amp::GradScaler;
 using ag::amp::GradScalerOptions;
-using ag::amp_testing::expect_error_containing;
 
 namespace {
 
@@ -157,26 +171,26 @@ TEST(GradScalerSchedule, UpdateWithANewScaleSetsItAndStartsTheNextIteration) {
   EXPECT_TRUE(toy.iterate(scaler, 1.0f));  // a fresh iteration: no "step twice" error
   EXPECT_EQ(scaler.get_scale(), 10.0);
   for (double bad : {0.0, -1.0, static_cast<double>(kInf), static_cast<double>(kNaN)}) {
-    expect_error_containing([&] { scaler.update(bad); }, "new_scale");
+    EXPECT_ERROR([&] { scaler.update(bad); }, "new_scale");
   }
 }
 
 TEST(GradScalerStateMachine, MisuseThrowsClearErrors) {
   Toy toy;
   GradScaler fresh;
-  expect_error_containing([&] { fresh.update(); }, "scale() was not called");
-  expect_error_containing([&] { fresh.step(toy.opt); }, "scale() was not called");
-  expect_error_containing([&] { fresh.unscale_(toy.opt); }, "scale() was not called");
+  EXPECT_ERROR([&] { fresh.update(); }, "scale() was not called");
+  EXPECT_ERROR([&] { fresh.step(toy.opt); }, "scale() was not called");
+  EXPECT_ERROR([&] { fresh.unscale_(toy.opt); }, "scale() was not called");
 
   GradScaler scaler;
   scaler.scale(ag::ops::sum(toy.p)).backward();
-  expect_error_containing([&] { scaler.update(); }, "step(opt)");  // update with no step
+  EXPECT_ERROR([&] { scaler.update(); }, "step(opt)");  // update with no step
   scaler.unscale_(toy.opt);
-  expect_error_containing([&] { scaler.unscale_(toy.opt); }, "unscale_() was already called");
+  EXPECT_ERROR([&] { scaler.unscale_(toy.opt); }, "unscale_() was already called");
   EXPECT_TRUE(scaler.step(toy.opt));  // step after an explicit unscale_ does not unscale again
   EXPECT_FLOAT_EQ(toy.p.to_vector()[0], 0.5f);
-  expect_error_containing([&] { scaler.step(toy.opt); }, "step() was already called");
-  expect_error_containing([&] { scaler.unscale_(toy.opt); }, "after step()");
+  EXPECT_ERROR([&] { scaler.step(toy.opt); }, "step() was already called");
+  EXPECT_ERROR([&] { scaler.unscale_(toy.opt); }, "after step()");
   scaler.update();  // the errors left the scaler usable
   EXPECT_EQ(scaler.growth_tracker(), 1);
   EXPECT_TRUE(toy.iterate(scaler, 1.0f));
@@ -217,7 +231,7 @@ TEST(GradScalerOptionsTest, InvalidOptionsAreRejected) {
   };
   for (const auto& [options, field] : bad) {
     SCOPED_TRACE(field);
-    expect_error_containing([&] { GradScaler scaler(options); }, field);
+    EXPECT_ERROR([&] { GradScaler scaler(options); }, field);
   }
   EXPECT_NO_THROW(GradScaler({.init_scale = 1e-3, .growth_factor = 1.0001, .backoff_factor = 0.999,
                               .growth_interval = 1, .min_scale = 1e-3, .max_scale = 1e-3}));
@@ -264,16 +278,16 @@ TEST(GradScalerCheckpoint, StateRoundTripResumesTheScheduleIdentically) {
 
   ag::amp::GradScalerState bad = saved;
   bad.growth_tracker = 3;
-  expect_error_containing([&] { resumed.load_state(bad); }, "growth_tracker");
+  EXPECT_ERROR([&] { resumed.load_state(bad); }, "growth_tracker");
   bad = saved;
   bad.scale = std::numeric_limits<double>::infinity();
-  expect_error_containing([&] { resumed.load_state(bad); }, "scale");
+  EXPECT_ERROR([&] { resumed.load_state(bad); }, "scale");
   bad = saved;
   bad.scale = 2e6;  // above max_scale
-  expect_error_containing([&] { resumed.load_state(bad); }, "scale");
+  EXPECT_ERROR([&] { resumed.load_state(bad); }, "scale");
   bad = saved;
   bad.options.backoff_factor = 2;
-  expect_error_containing([&] { resumed.load_state(bad); }, "backoff_factor");
+  EXPECT_ERROR([&] { resumed.load_state(bad); }, "backoff_factor");
 }
 
 }  // namespace

@@ -7,15 +7,30 @@
 #include <limits>
 #include <random>
 
-#include "ampgrad.h"
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"
 #include "amp_test_util.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/module.h"
+#include "nn/utils.h"
+#include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
 
 namespace ag = ampgrad;
 using ag::DType;
 using ag::Device;
 using ag::Tensor;
 using ag::amp::GradScaler;
-using ag::amp_testing::bytes_of;
+using ag::test::bytes_of;
 
 namespace {
 
@@ -173,7 +188,7 @@ TEST(GradScalerFaultInjection, PoisonedStepsAreSkippedAndTrainingStillConverges)
     forward_backward(model, adam, scaler, data);
     const std::vector<Tensor> params = model.parameters();
     bool overflow = false;
-    for (const Tensor& p : params) overflow = overflow || !ag::amp_testing::all_finite(p.grad());
+    for (const Tensor& p : params) overflow = overflow || !ag::test::all_finite(p.grad());
     const bool poisoned = inject(rng);
     if (poisoned) {
       const Tensor& victim = params[std::uniform_int_distribution<size_t>(0, params.size() - 1)(rng)];
@@ -194,7 +209,7 @@ TEST(GradScalerFaultInjection, PoisonedStepsAreSkippedAndTrainingStillConverges)
       expected_tracker = 0;
     }
     ASSERT_EQ(scaler.get_scale(), expected_scale) << "step " << step;
-    for (const Tensor& p : params) ASSERT_TRUE(ag::amp_testing::all_finite(p)) << "step " << step;
+    for (const Tensor& p : params) ASSERT_TRUE(ag::test::all_finite(p)) << "step " << step;
   }
   EXPECT_GT(injected, 25);
   // Growth outpaces the injected backoffs, so the scale climbs until FP16 gradients genuinely

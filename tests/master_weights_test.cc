@@ -4,15 +4,30 @@
 
 #include <cmath>
 
-#include "ampgrad.h"
+#include "amp/autocast.h"
+#include "amp/grad_scaler.h"
 #include "amp_test_util.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/module.h"
+#include "nn/utils.h"
+#include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
 
 namespace ag = ampgrad;
 using ag::DType;
 using ag::Device;
 using ag::Tensor;
 using ag::amp::GradScaler;
-using ag::amp_testing::bytes_of;
+using ag::test::bytes_of;
 using ag::amp_testing::eval_loss;
 using ag::amp_testing::make_regression;
 using ag::amp_testing::Regression;
@@ -147,7 +162,7 @@ TEST(MasterWeights, Fp16ParameterTrainingWithGradScalerConverges) {
   }
   for (const Tensor& p : model.parameters()) {
     EXPECT_EQ(p.dtype(), DType::kFloat16);
-    EXPECT_TRUE(ag::amp_testing::all_finite(p));
+    EXPECT_TRUE(ag::test::all_finite(p));
   }
   const double final_loss = eval_loss(model, data);
   EXPECT_LT(final_loss, 0.02 * initial) << "initial " << initial << ", final " << final_loss;

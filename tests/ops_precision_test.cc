@@ -5,7 +5,15 @@
 #include <cmath>
 #include <vector>
 
-#include "ampgrad.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "ops/ops.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;

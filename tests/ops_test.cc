@@ -1,5 +1,6 @@
-// Every op, table-driven, in float32, float16 and float64: forward against a float64 reference,
-// a float64 finite-difference gradient check, and FP16 forward/backward against FP32.
+// Every row of the shared op-case table (op_cases.h) in float32, float16 and float64: forward against
+// a float64 reference, a float64 finite-difference gradient check, and FP16 forward/backward
+// against FP32.
 // (FP32 accumulation, casts and error messages are in ops_precision_test.cc and ops_errors_test.cc.)
 #include <gtest/gtest.h>
 
@@ -11,8 +12,10 @@
 #include <tuple>
 #include <vector>
 
-#include "ampgrad.h"
-#include "ops/kernels.h"
+#include "framework/half.h"
+#include "op_cases.h"
+#include "ops/elementwise_kernels.h"
+#include "ops/ops.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -20,126 +23,11 @@ namespace agt = ampgrad::test;
 using ag::DType;
 using ag::Shape;
 using ag::Tensor;
-using Values = std::vector<double>;
+using agt::make_inputs;
+using agt::OpCase;
+using agt::Values;
 
 namespace {
-
-struct OpCase {
-  std::string name;
-  std::vector<Shape> shapes;  // of the inputs
-  agt::TensorFn fn;
-  std::function<Values(const std::vector<Values>&)> reference;  // in double, from the inputs' values
-  agt::Tol tol;  // accumulation length and term size (see all_close)
-};
-
-void PrintTo(const OpCase& op, std::ostream* out) { *out << op.name; }
-
-// out[i] = f(a[i % |a|], b[i % |b|]): with row-major storage this is how an operand that is the
-// output's shape, a trailing row of it, or one element lines up with out[i].
-Values broadcast_ref(const Values& a, const Values& b, double (*f)(double, double)) {
-  const size_t n = std::max(a.size(), b.size());
-  Values out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = f(a[i % a.size()], b[i % b.size()]);
-  return out;
-}
-
-Values map_ref(const Values& x, const std::function<double(double)>& f) {
-  Values out(x.size());
-  std::transform(x.begin(), x.end(), out.begin(), f);
-  return out;
-}
-
-double sum_ref(const Values& x) {
-  double s = 0;
-  for (double v : x) s += v;
-  return s;
-}
-
-std::vector<OpCase> all_cases() {
-  std::vector<OpCase> cases;
-  using In = const std::vector<Tensor>&;
-  using Refs = const std::vector<Values>&;
-  cases.push_back({"linear", {{5, 7}, {3, 7}, {3}}, [](In t) { return ag::ops::linear(t[0], t[1], t[2]); },
-                   [](Refs v) { return agt::linear_ref(v[0], v[1], v[2], 5, 7, 3); }, {.k = 7, .magnitude = 4}});
-  cases.push_back({"linear_no_bias", {{5, 7}, {3, 7}}, [](In t) { return ag::ops::linear(t[0], t[1]); },
-                   [](Refs v) { return agt::linear_ref(v[0], v[1], {}, 5, 7, 3); }, {.k = 7, .magnitude = 4}});
-  cases.push_back({"matmul", {{4, 6}, {6, 3}}, [](In t) { return ag::ops::matmul(t[0], t[1]); },
-                   [](Refs v) { return agt::matmul_ref(v[0], v[1], 4, 6, 3); }, {.k = 6, .magnitude = 4}});
-
-  // add / sub / mul with every supported broadcast: equal shapes, a trailing row on either side,
-  // one element (0-dim or [1]) on either side.
-  struct Binary {
-    const char* name;
-    Tensor (*op)(const Tensor&, const Tensor&);
-    double (*ref)(double, double);
-  };
-  const Binary binaries[] = {
-      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }, [](double a, double b) { return a + b; }},
-      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](double a, double b) { return a - b; }},
-      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double a, double b) { return a * b; }},
-  };
-  const std::pair<const char*, std::vector<Shape>> layouts[] = {
-      {"same", {{3, 4}, {3, 4}}},        {"row_right", {{2, 3, 4}, {4}}}, {"row_left", {{4}, {3, 4}}},
-      {"scalar_right", {{3, 4}, {}}},    {"scalar_left", {{}, {3, 4}}},   {"one_element", {{3, 4}, {1}}},
-  };
-  for (const Binary& b : binaries) {
-    for (const auto& [layout, shapes] : layouts) {
-      cases.push_back({std::string(b.name) + "_" + layout, shapes, [op = b.op](In t) { return op(t[0], t[1]); },
-                       [f = b.ref](Refs v) { return broadcast_ref(v[0], v[1], f); }, {}});
-    }
-  }
-
-  // The scalar forms and relu, on [3, 5].
-  auto unary = [&](const char* name, std::function<Tensor(const Tensor&)> op, std::function<double(double)> ref) {
-    cases.push_back({name, {{3, 5}}, [op](In t) { return op(t[0]); }, [ref](Refs v) { return map_ref(v[0], ref); }, {}});
-  };
-  unary("times_scalar", [](const Tensor& x) { return x * 2.0f; }, [](double x) { return 2 * x; });
-  unary("scalar_times", [](const Tensor& x) { return -0.5f * x; }, [](double x) { return -0.5 * x; });
-  unary("plus_scalar", [](const Tensor& x) { return x + 1.5f; }, [](double x) { return x + 1.5; });
-  unary("minus_scalar", [](const Tensor& x) { return x - 0.75f; }, [](double x) { return x - 0.75; });
-  unary("negate", [](const Tensor& x) { return -x; }, [](double x) { return -x; });
-  unary("scale", [](const Tensor& x) { return ag::ops::scale(x, 3.0); }, [](double x) { return 3 * x; });
-  unary("relu", [](const Tensor& x) { return ag::ops::relu(x); }, [](double x) { return x > 0 ? x : 0.0; });
-
-  // Reductions and the loss: 0-dim results.
-  cases.push_back({"sum", {{3, 5}}, [](In t) { return ag::ops::sum(t[0]); },
-                   [](Refs v) { return Values{sum_ref(v[0])}; }, {.k = 15, .magnitude = 2}});
-  cases.push_back({"sum_rank0", {{}}, [](In t) { return ag::ops::sum(t[0]); }, [](Refs v) { return v[0]; }, {}});
-  cases.push_back({"mean", {{2, 3, 4}}, [](In t) { return ag::ops::mean(t[0]); },
-                   [](Refs v) { return Values{sum_ref(v[0]) / 24}; }, {.k = 24, .magnitude = 2}});
-  cases.push_back({"mse_loss", {{6, 2}, {6, 2}}, [](In t) { return ag::ops::mse_loss(t[0], t[1]); },
-                   [](Refs v) {
-                     double s = 0;
-                     for (size_t i = 0; i < v[0].size(); ++i) s += (v[0][i] - v[1][i]) * (v[0][i] - v[1][i]);
-                     return Values{s / 12};
-                   },
-                   {.k = 12, .magnitude = 4}});
-  // Ops composed: a small MLP layer and its loss.
-  cases.push_back({"mlp", {{4, 3}, {5, 3}, {5}, {4, 5}},
-                   [](In t) { return ag::ops::mse_loss(ag::ops::relu(ag::ops::linear(t[0], t[1], t[2])), t[3]); },
-                   [](Refs v) {
-                     const Values h = map_ref(agt::linear_ref(v[0], v[1], v[2], 4, 3, 5),
-                                              [](double x) { return x > 0 ? x : 0.0; });
-                     double s = 0;
-                     for (size_t i = 0; i < h.size(); ++i) s += (h[i] - v[3][i]) * (h[i] - v[3][i]);
-                     return Values{s / 20};
-                   },
-                   {.k = 20, .magnitude = 8}});
-  return cases;
-}
-
-// Inputs: uniform values in +-[0.1, 2.1), kept away from 0 so that relu's kink is never within a
-// finite-difference step (for the mlp case: its hidden pre-activations, with these fixed seeds).
-std::vector<Tensor> make_inputs(const OpCase& op, DType dtype) {
-  std::vector<Tensor> inputs;
-  uint64_t seed = 11;
-  for (const Shape& shape : op.shapes) {
-    Values v = agt::random_values(static_cast<size_t>(ag::shape_numel(shape)), -2.0, 2.0, seed++);
-    for (double& x : v) x += x < 0 ? -0.1 : 0.1;
-    inputs.push_back(Tensor::from_vector(v, shape, dtype));
-  }
-  return inputs;
-}
 
 std::string case_name(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
 std::string case_dtype_name(const ::testing::TestParamInfo<std::tuple<OpCase, DType>>& info) {
@@ -160,8 +48,8 @@ TEST_P(OpDtypeTest, ForwardMatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpDtypeTest,
-                         ::testing::Combine(::testing::ValuesIn(all_cases()),
-                                            ::testing::Values(DType::kFloat32, DType::kFloat16, DType::kFloat64)),
+                         ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
+                                            ::testing::ValuesIn(ag::kAllDTypes)),
                          case_dtype_name);
 
 class OpTest : public ::testing::TestWithParam<OpCase> {};
@@ -184,7 +72,7 @@ TEST_P(OpTest, Float16MatchesFloat32) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(agt::op_cases()), case_name);
 
 }  // namespace
 

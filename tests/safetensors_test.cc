@@ -10,7 +10,16 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ampgrad.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
 
 namespace ag = ampgrad;
 namespace ck = ampgrad::checkpoint;

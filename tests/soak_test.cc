@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "ampgrad.h"
+#include "test_util.h"
 
 namespace ag = ampgrad;
 
@@ -17,13 +18,6 @@ namespace {
 constexpr int64_t kSteps = 100'000;
 constexpr int64_t kInjectEvery = 317;  // prime, so injections drift across the growth intervals
 constexpr int64_t kGrowthInterval = 50;
-
-bool all_finite(const ag::Tensor& t) {
-  for (double v : t.to_double_vector()) {
-    if (!std::isfinite(v)) return false;
-  }
-  return true;
-}
 
 TEST(Soak, AmpWithInjectedOverflows) {
   ag::manual_seed(0);
@@ -51,7 +45,7 @@ TEST(Soak, AmpWithInjectedOverflows) {
 
     // A genuine overflow (the scale grew too far for FP16) is seen before anything is injected.
     bool overflow = false;
-    for (const ag::Tensor& p : model.parameters()) overflow = overflow || !all_finite(p.grad());
+    for (const ag::Tensor& p : model.parameters()) overflow = overflow || !ag::test::all_finite(p.grad());
     genuine += overflow;
     if (step % kInjectEvery == kInjectEvery - 1) {
       ag::Tensor g = model.weight.grad();

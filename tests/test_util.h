@@ -1,5 +1,6 @@
-// Helpers shared by the core tests: dtype-aware closeness checks, float64 reference math, error
-// message checks, and a finite-difference gradient-check harness (every comparison in float64).
+// The helpers every test shares: dtype-aware closeness checks, expected-error checks, reproducible
+// random values, float64 reference math, byte snapshots, and a finite-difference gradient-check
+// harness (every comparison in float64).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <random>
@@ -14,22 +16,24 @@
 #include <string_view>
 #include <vector>
 
-#include "ampgrad.h"
+#include "framework/allocator.h"
+#include "framework/autograd.h"
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "ops/ops.h"
 
 namespace ampgrad::test {
 
 // ---- Tolerances ------------------------------------------------------------------------------
 
 /// The gap between 1 and the next representable number: 2^-10 (float16), 2^-23 (float32),
-/// 2^-52 (float64). A correctly rounded result is within eps/2 of the exact value, relatively.
-inline double eps(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat16: return 0x1p-10;
-    case DType::kFloat32: return 0x1p-23;
-    case DType::kFloat64: return 0x1p-52;
-  }
-  return 0.0;
-}
+/// 2^-52 (float64), from the dtype table. A correctly rounded result is within eps/2 of the exact
+/// value, relatively.
+inline double eps(DType dtype) { return dtype_info(dtype).eps; }
 
 /// How a result was computed, for its tolerance: `k` terms accumulated into each element
 /// (independent rounding errors of a length-k sum grow like sqrt(k)), each term of size about
@@ -92,6 +96,41 @@ template <typename Fn>
   return ::testing::AssertionFailure() << "nothing was thrown";
 }
 
+/// EXPECT_ERROR(fn, "needle", ...): fn() throws an ampgrad::Error whose message has every needle.
+#define EXPECT_ERROR(fn, ...) EXPECT_TRUE(::ampgrad::test::throws_error(fn, {__VA_ARGS__}))
+
+// ---- Values ----------------------------------------------------------------------------------
+
+inline bool all_finite(const Tensor& t) {
+  for (double v : t.to_double_vector()) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
+/// max_i |a_i - b_i| over two equally sized tensors of any dtype.
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  EXPECT_EQ(x.size(), y.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  return worst;
+}
+
+inline double max_abs(const Tensor& t) {
+  double worst = 0.0;
+  for (double v : t.to_double_vector()) worst = std::max(worst, std::abs(v));
+  return worst;
+}
+
+/// The raw bytes of a tensor's storage (for "bit-identical" checks); a CUDA tensor is copied first.
+inline std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor host = t.device() == Device::kCPU ? t : t.to(Device::kCPU);
+  std::vector<uint8_t> out(static_cast<size_t>(host.numel()) * element_size(host.dtype()));
+  if (!out.empty()) std::memcpy(out.data(), host.data_ptr(), out.size());
+  return out;
+}
+
 // ---- Reference math in double ----------------------------------------------------------------
 
 /// c[m,n] = a[m,k] b[k,n], row-major.
@@ -138,7 +177,7 @@ inline Tensor cotangent_like(const Tensor& out) {
   constexpr uint64_t kSeed = 7;
   std::vector<double> c = random_values(static_cast<size_t>(out.numel()), -2.0, 2.0, kSeed);
   for (double& v : c) v = std::round(v * 8.0) / 8.0;
-  return Tensor::from_vector(c, out.shape(), out.dtype());
+  return Tensor::from_vector(c, out.shape(), out.dtype(), out.device());
 }
 
 struct Evaluated {
@@ -147,11 +186,13 @@ struct Evaluated {
 };
 
 /// fn's output and the gradients of L = sum(fn(x) * c), with the inputs converted to `dtype`
-/// leaves; everything returned as doubles. Also checks each gradient's shape and dtype.
-inline Evaluated evaluate(const TensorFn& fn, const std::vector<Tensor>& inputs, DType dtype) {
+/// leaves on `device`; everything returned as doubles. Also checks each gradient's shape, dtype
+/// and device.
+inline Evaluated evaluate(const TensorFn& fn, const std::vector<Tensor>& inputs, DType dtype,
+                          Device device = Device::kCPU) {
   std::vector<Tensor> leaves;
   for (const Tensor& t : inputs) {
-    leaves.push_back(Tensor::from_vector(t.to_double_vector(), t.shape(), dtype));
+    leaves.push_back(Tensor::from_vector(t.to_double_vector(), t.shape(), dtype, device));
     leaves.back().set_requires_grad(true);
   }
   const Tensor out = fn(leaves);
@@ -162,6 +203,7 @@ inline Evaluated evaluate(const TensorFn& fn, const std::vector<Tensor>& inputs,
     if (!leaf.grad().defined()) return result;
     EXPECT_EQ(leaf.grad().shape(), leaf.shape());
     EXPECT_EQ(leaf.grad().dtype(), dtype);
+    EXPECT_EQ(leaf.grad().device(), device);
     result.grads.push_back(leaf.grad().to_double_vector());
   }
   return result;

@@ -14,7 +14,6 @@ _NVCC_FLAGS = [
     "-Xcompiler",
     "-fPIC",
     "--expt-relaxed-constexpr",
-    "-diag-suppress=20012",  # Eigen's "__host__ function called from __host__ __device__" noise
 ] + ["-gencode=arch=compute_%s,code=[sm_%s,compute_%s]" % (a, a, a) for a in CUDA_ARCHS]
 
 def _nvcc_objects_impl(ctx):

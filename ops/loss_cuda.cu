@@ -2,19 +2,14 @@
 // writes dpred and dtarget in one pass, reading dloss on the device (no host sync).
 #include <limits>
 
-#include "ops/cuda/kernels_cuda.h"
-#include "ops/cuda/reduce_cuda.h"
+#include "ops/loss_kernels.h"
+#include "ops/reduce_cuda.h"
 
 namespace ampgrad::kernels::cuda {
 
 namespace {
 
-using ::ampgrad::cuda::blocks_for;
-using ::ampgrad::cuda::Compute;
-using ::ampgrad::cuda::DeviceType;
-using ::ampgrad::cuda::dload;
-using ::ampgrad::cuda::dstore;
-using ::ampgrad::cuda::kThreads;
+using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
 template <typename T>
 struct SquaredDiff {

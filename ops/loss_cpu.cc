@@ -1,5 +1,5 @@
 // Fused MSE forward and backward on CPU (one pass each, no temporary for the difference).
-#include "ops/cpu/kernels_cpu.h"
+#include "ops/loss_kernels.h"
 
 #include <limits>
 

@@ -1,4 +1,4 @@
-// Packed float GEMM (see sgemm_cpu.h). The loop nest is GotoBLAS's:
+// Packed float GEMM (see linear_gemm_cpu.h). The loop nest is GotoBLAS's:
 //
 //   for each column block jc of c (all of it unless k * n is very large):
 //     pack b[:, jc] into kc x 16 panels                      (the pool shares them; L3)
@@ -11,7 +11,7 @@
 // aligned loads and six broadcasts per 12 FMAs and nothing else. Packing is also where transposes
 // disappear and FP16 becomes float. Tiles at the edges of c run the same kernel on zero-padded
 // panels into a local 6 x 16 tile.
-#include "ops/cpu/sgemm_cpu.h"
+#include "ops/linear_gemm_cpu.h"
 
 #include <algorithm>
 #include <cmath>
@@ -320,7 +320,7 @@ void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, 
     const int64_t mc = std::min(kMCMax, i1 - ic);
     for (int64_t p0 = 0; p0 < pb.k; p0 += pb.kc) {
       const int64_t kc = std::min(pb.kc, pb.k - p0);
-      if (pb.a.half) {
+      if (pb.a.dtype == DType::kFloat16) {
         pack_a_block<Half>(pb, ic, ic + mc, p0, kc, a_packed);
       } else {
         pack_a_block<float>(pb, ic, ic + mc, p0, kc, a_packed);
@@ -361,11 +361,11 @@ void sgemm_direct(const Problem& pb) {
 void run_direct(Problem pb) {
   thread_local Buffer a_wide, b_wide;
   const auto widen = [](MatrixView& v, int64_t rows, int64_t cols, Buffer& buffer) {
-    if (!v.half) return;
+    if (v.dtype != DType::kFloat16) return;
     const int64_t span = rows == 0 || cols == 0 ? 0 : (rows - 1) * v.row_stride + (cols - 1) * v.col_stride + 1;
     float* wide = buffer.get(span);
     half_to_float(static_cast<const Half*>(v.data), wide, static_cast<size_t>(span));
-    v = {wide, false, v.row_stride, v.col_stride};
+    v = {wide, DType::kFloat32, v.row_stride, v.col_stride};
   };
   widen(pb.a, pb.m, pb.k, a_wide);
   widen(pb.b, pb.k, pb.n, b_wide);
@@ -375,10 +375,11 @@ void run_direct(Problem pb) {
 }  // namespace
 
 void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
-           bool c_half) {
+           DType c_dtype) {
   if (m == 0 || n == 0) return;
+  const bool c_half = c_dtype == DType::kFloat16;
   Problem pb{m, n, k, a, b, static_cast<const float*>(bias.data), nullptr, nullptr, 0};
-  if (bias.data != nullptr && bias.half) {  // widened once into a buffer reused across calls
+  if (bias.data != nullptr && bias.dtype == DType::kFloat16) {  // widened once into a buffer reused across calls
     thread_local Buffer wide_bias;
     float* wide = wide_bias.get(n);
     half_to_float(static_cast<const Half*>(bias.data), wide, static_cast<size_t>(n));
@@ -409,7 +410,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
     parallel_for(pack_chunks, [&](int64_t chunk) {
       const int64_t per = ceil_div(panels, pack_chunks);
       const int64_t jr0 = chunk * per * kNR, jr1 = std::min(panels, (chunk + 1) * per) * kNR;
-      if (pb.b.half) {
+      if (pb.b.dtype == DType::kFloat16) {
         pack_b_panels<Half>(pb, jc, nc_pad, jc + nc, jr0, jr1, b_packed);
       } else {
         pack_b_panels<float>(pb, jc, nc_pad, jc + nc, jr0, jr1, b_packed);

@@ -6,20 +6,22 @@
 
 #include <cstdint>
 
+#include "framework/dtype.h"
+
 namespace ampgrad::kernels::cpu {
 
-/// A read-only matrix: element (i, j) is data[i * row_stride + j * col_stride], stored as float,
-/// or as Half when `half`. A transpose is the same data with the strides swapped.
+/// A read-only matrix: element (i, j) is data[i * row_stride + j * col_stride], stored as `dtype`
+/// (float32 or float16). A transpose is the same data with the strides swapped.
 struct MatrixView {
   const void* data = nullptr;
-  bool half = false;
+  DType dtype = DType::kFloat32;
   int64_t row_stride = 0, col_stride = 0;
 };
 
 /// c = a b (+ bias[n] added to every row), for a [m, k] and b [k, n], accumulated in float. c is
-/// row-major [m, n]: float, or Half (`c_half`) rounded once from the float sum. bias is n contiguous
-/// values (float or Half), or a view with null data for none.
+/// row-major [m, n] of c_dtype (float32, or float16 rounded once from the float sum). bias is n
+/// contiguous values (float32 or float16), or a view with null data for none.
 void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
-           bool c_half);
+           DType c_dtype);
 
 }  // namespace ampgrad::kernels::cpu

@@ -1,11 +1,11 @@
-// CPU GEMM. float and float16 go through the packed GEMM in sgemm_cpu.cc: float16 follows
+// CPU GEMM. float and float16 go through the packed GEMM in linear_gemm_cpu.cc: float16 follows
 // tensor-core semantics (FP16 operands widened while they are packed, FP32 accumulation, the
 // result rounded to FP16 once). float64, which only references and tests use, goes through Eigen.
 #include <Eigen/Core>
 
 #include "framework/error.h"
-#include "ops/cpu/kernels_cpu.h"
-#include "ops/cpu/sgemm_cpu.h"
+#include "ops/linear_kernels.h"
+#include "ops/linear_gemm_cpu.h"
 
 namespace ampgrad::kernels::cpu {
 
@@ -31,7 +31,7 @@ void gemm_double(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, c
 MatrixView view(const Tensor& t, Transpose trans) {
   const int64_t cols = t.size(1);
   const bool transposed = trans == Transpose::kYes;
-  return {t.data_ptr(), t.dtype() == DType::kFloat16, transposed ? 1 : cols, transposed ? cols : 1};
+  return {t.data_ptr(), t.dtype(), transposed ? 1 : cols, transposed ? cols : 1};
 }
 
 }  // namespace
@@ -40,9 +40,8 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   if (out.dtype() == DType::kFloat64) return gemm_double(a, trans_a, b, trans_b, bias, out);
   const int64_t k = trans_a == Transpose::kYes ? a.size(0) : a.size(1);
   const MatrixView bias_view =
-      bias.defined() ? MatrixView{bias.data_ptr(), bias.dtype() == DType::kFloat16, 0, 1} : MatrixView{};
-  sgemm(out.size(0), out.size(1), k, view(a, trans_a), view(b, trans_b), bias_view, out.data_ptr(),
-        out.dtype() == DType::kFloat16);
+      bias.defined() ? MatrixView{bias.data_ptr(), bias.dtype(), 0, 1} : MatrixView{};
+  sgemm(out.size(0), out.size(1), k, view(a, trans_a), view(b, trans_b), bias_view, out.data_ptr(), out.dtype());
 }
 
 }  // namespace ampgrad::kernels::cpu

@@ -1,24 +1,20 @@
 // GEMM through cuBLAS. float16: cublasGemmEx with FP16 inputs/outputs and FP32 compute
 // (CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation, one rounding to half). float32: SGEMM,
-// TF32 only when allowed. float64: DGEMM. A bias is fused by pre-filling C and using beta = 1.
-#include <atomic>
+// TF32 only when cuda::set_allow_tf32(true). float64: DGEMM. A bias is fused by pre-filling C and
+// using beta = 1.
 #include <limits>
 #include <vector>
 
-#include "framework/cuda/cuda_check.h"
-#include "framework/cuda/cuda_device.h"
-#include "ops/cuda/cublas_check.h"
-#include "ops/cuda/kernels_cuda.h"
+#include "framework/cuda_check.h"
+#include "framework/cuda_helpers.h"
+#include "ops/cublas.h"
+#include "ops/linear_kernels.h"
 
 namespace ampgrad::kernels::cuda {
 
 namespace {
 
-using ::ampgrad::cuda::blocks_for;
-using ::ampgrad::cuda::DeviceType;
-using ::ampgrad::cuda::kThreads;
-
-std::atomic<bool> g_allow_tf32{false};
+using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
 // out is (m, n) row-major, bias is (n): out[r, j] = bias[j]; the GEMM then adds into it (beta = 1).
 template <typename T>
@@ -31,9 +27,6 @@ __global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t n, int64_t 
 cublasOperation_t op_of(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 }  // namespace
-
-void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
-bool allow_tf32() { return g_allow_tf32.load(); }
 
 cublasHandle_t cublas_handle() {
   // One handle per (thread, device): handles are not thread-safe to share. They are deliberately
@@ -88,11 +81,12 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   const cublasOperation_t op_first = op_of(trans_b), op_second = op_of(trans_a);
   const int cm = static_cast<int>(n), cn = static_cast<int>(m), ck = static_cast<int>(k);
   const int ld_first = static_cast<int>(b.size(1)), ld_second = static_cast<int>(a.size(1)), ldc = static_cast<int>(n);
-  // The math mode is per handle: set it on every call so set_allow_tf32 takes effect at once.
+  // The math mode is per handle: set it on every call so cuda::set_allow_tf32 takes effect at once.
   // CUBLAS_DEFAULT_MATH never uses TF32 for FP32 data; FP16 GemmEx uses tensor cores either way.
   // DISALLOW_REDUCED_PRECISION_REDUCTION: otherwise cuBLAS may add split-K partials of an FP16
   // GEMM in half (output type), rounding more than once; large K (weight gradients) hits that.
-  const cublasMath_t math = dtype == DType::kFloat32 && allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  const cublasMath_t math =
+      dtype == DType::kFloat32 && ::ampgrad::cuda::allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
   AG_CUBLAS_CHECK(
       cublasSetMathMode(handle, static_cast<cublasMath_t>(math | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   switch (dtype) {

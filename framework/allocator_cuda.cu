@@ -1,6 +1,6 @@
 // Caching device allocator: size classes, per-class free lists, byte counters, retry after an
 // out-of-memory by releasing the cache.
-#include "framework/cuda/cuda_allocator.h"
+#include "framework/device_cuda.h"
 
 #include <map>
 #include <mutex>
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "framework/cuda/cuda_check.h"
+#include "framework/cuda_check.h"
 
 namespace ampgrad::cuda {
 

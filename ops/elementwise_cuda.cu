@@ -1,20 +1,15 @@
 // Element-wise CUDA kernels: binary ops with the CPU's broadcasting (out[i] = a[i % na] op b[i % nb]),
 // affine, relu and its backward. Store T, compute float (double for float64). Same-shape operands
 // take a vectorised path: 16-byte loads/stores (8 halves, 4 floats, 2 doubles) per thread.
-#include "framework/cuda/cuda_check.h"
-#include "framework/cuda/cuda_device.h"
-#include "ops/cuda/kernels_cuda.h"
+#include "framework/cuda_check.h"
+#include "framework/cuda_helpers.h"
+#include "ops/elementwise_kernels.h"
 
 namespace ampgrad::kernels::cuda {
 
 namespace {
 
-using ::ampgrad::cuda::blocks_for;
-using ::ampgrad::cuda::Compute;
-using ::ampgrad::cuda::DeviceType;
-using ::ampgrad::cuda::dload;
-using ::ampgrad::cuda::dstore;
-using ::ampgrad::cuda::kThreads;
+using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
 struct AddOp {
   template <typename C> __device__ C operator()(C x, C y) const { return x + y; }

@@ -1,18 +1,13 @@
 // sum_to on CUDA: to one element with a deterministic CUB block reduction (ops/cuda/reduce_cuda.h),
 // to a trailing row with one thread per column. Accumulates in float (double for float64).
-#include "ops/cuda/kernels_cuda.h"
-#include "ops/cuda/reduce_cuda.h"
+#include "ops/reduce_kernels.h"
+#include "ops/reduce_cuda.h"
 
 namespace ampgrad::kernels::cuda {
 
 namespace {
 
-using ::ampgrad::cuda::blocks_for;
-using ::ampgrad::cuda::Compute;
-using ::ampgrad::cuda::DeviceType;
-using ::ampgrad::cuda::dload;
-using ::ampgrad::cuda::dstore;
-using ::ampgrad::cuda::kThreads;
+using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
 template <typename T>
 struct LoadTerm {

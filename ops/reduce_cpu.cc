@@ -1,5 +1,5 @@
 // Reductions on CPU, accumulating in float (double for float64) and rounding once.
-#include "ops/cpu/kernels_cpu.h"
+#include "ops/reduce_kernels.h"
 
 #include <vector>
 

@@ -1,6 +1,6 @@
 // Element-wise CPU kernels: add/sub/mul with row or scalar broadcasting, relu, broadcast.
 // Storage type T, compute type float (double for float64): store(op(load(a), load(b))).
-#include "ops/cpu/kernels_cpu.h"
+#include "ops/elementwise_kernels.h"
 
 #include <type_traits>
 

@@ -5,9 +5,9 @@
 #include <cub/block/block_reduce.cuh>
 
 #include "framework/allocator.h"
-#include "framework/cuda/cuda_allocator.h"
-#include "framework/cuda/cuda_check.h"
-#include "framework/cuda/cuda_device.h"
+#include "framework/device_cuda.h"
+#include "framework/cuda_check.h"
+#include "framework/cuda_helpers.h"
 
 namespace ampgrad::kernels::cuda {
 

@@ -1,21 +1,20 @@
 // Multi-tensor unscale + inf/NaN check: the host cuts every gradient into chunks of kChunk elements
 // and passes a table of {grad, out, n, dtype} by value as the kernel's argument (no upload, no
 // host sync); block b handles chunk b. One launch per kChunksPerLaunch chunks: one for most models.
-#include "amp/cuda/unscale_cuda.h"
+#include "amp/unscale.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "framework/cuda/cuda_check.h"
-#include "framework/cuda/cuda_device.h"
+#include "framework/cuda_check.h"
+#include "framework/cuda_helpers.h"
 #include "framework/error.h"
 
 namespace ampgrad::amp::cuda {
 
 namespace {
 
-using ::ampgrad::cuda::dload;
-using ::ampgrad::cuda::kThreads;
+using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
 inline constexpr int64_t kChunk = 16384;
 

@@ -1,12 +1,10 @@
 // Copies with dtype conversion (conversion kernel on the device), fill and accumulate.
-#include "framework/cuda/cuda_copy.h"
+#include "framework/device_cuda.h"
 
 #include <atomic>
 
-#include "framework/allocator.h"
-#include "framework/cuda/cuda_allocator.h"
-#include "framework/cuda/cuda_check.h"
-#include "framework/cuda/cuda_device.h"
+#include "framework/cuda_check.h"
+#include "framework/cuda_helpers.h"
 
 namespace ampgrad::cuda {
 
@@ -61,10 +59,7 @@ class Staging {
   void* ptr_;
 };
 
-size_t bytes_of(DType dtype, int64_t n) {
-  const size_t size = dtype == DType::kFloat16 ? 2 : dtype == DType::kFloat32 ? 4 : 8;
-  return size * static_cast<size_t>(n);
-}
+size_t bytes_of(DType dtype, int64_t n) { return element_size(dtype) * static_cast<size_t>(n); }
 
 }  // namespace
 

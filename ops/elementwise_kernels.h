@@ -1,0 +1,41 @@
+// Element-wise kernels: binary arithmetic with broadcasting, affine maps, relu. Storage T, compute
+// in float (double for float64), rounded once per element: out = store(f(load(a), load(b))).
+// Callers have checked shapes, dtypes and devices; outputs are preallocated and overwritten.
+#pragma once
+
+#include "framework/device.h"
+#include "framework/tensor.h"
+
+namespace ampgrad::kernels {
+
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul };
+
+// out[i] = a[i % a.numel()] (op) b[i % b.numel()]: each operand is out-shaped, a trailing row of
+// it, or a single element.
+namespace cpu { void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out); }
+namespace cuda { void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out); }
+inline void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
+  AG_ON_BACKEND(out.device(), binary, op, a, b, out);
+}
+
+// out[i] = alpha * src[i % src.numel()] + beta: scaling and shifting, and broadcasting a row or an
+// element to out's shape. src may be out itself (in place).
+namespace cpu { void affine(const Tensor& src, double alpha, double beta, Tensor& out); }
+namespace cuda { void affine(const Tensor& src, double alpha, double beta, Tensor& out); }
+inline void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
+  AG_ON_BACKEND(out.device(), affine, src, alpha, beta, out);
+}
+
+// y = x > 0 ? x : 0, and NaN stays NaN (as in PyTorch).
+namespace cpu { void relu(const Tensor& x, Tensor& y); }
+namespace cuda { void relu(const Tensor& x, Tensor& y); }
+inline void relu(const Tensor& x, Tensor& y) { AG_ON_BACKEND(y.device(), relu, x, y); }
+
+// dx = x > 0 ? dy : 0.
+namespace cpu { void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx); }
+namespace cuda { void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx); }
+inline void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  AG_ON_BACKEND(dx.device(), relu_backward, x, dy, dx);
+}
+
+}  // namespace ampgrad::kernels

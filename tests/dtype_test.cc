@@ -1,0 +1,85 @@
+// The dtype table and the device facts: every row agrees with its C++ storage type, names round
+// trip, promotion follows the ranks, and a device without a backend gives the one clear error.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "framework/device.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "test_util.h"
+
+namespace ag = ampgrad;
+using ag::DType;
+using ag::Device;
+
+namespace {
+
+TEST(DTypeTable, RowsMatchTheirStorageTypes) {
+  for (DType dtype : ag::kAllDTypes) {
+    SCOPED_TRACE(std::string(ag::dtype_name(dtype)));
+    ag::visit_dtype(dtype, [&](auto t) {
+      using T = decltype(t);
+      EXPECT_EQ(ag::element_size(dtype), sizeof(T));
+      EXPECT_EQ(ag::kDTypeOf<T>, dtype);
+    });
+    EXPECT_EQ(ag::dtype_from_safetensors_name(ag::dtype_info(dtype).safetensors_name), dtype);
+    // eps is the gap between 1 and the next value of the storage type.
+    const double next = ag::visit_dtype(dtype, [](auto t) {
+      using T = decltype(t);
+      return static_cast<double>(ag::load(ag::store<T>(static_cast<ag::ComputeType<T>>(1.0 + ag::dtype_info(ag::kDTypeOf<T>).eps))));
+    });
+    EXPECT_EQ(next, 1.0 + ag::dtype_info(dtype).eps);
+  }
+  EXPECT_EQ(ag::dtype_from_safetensors_name("Q7"), std::nullopt);
+}
+
+TEST(DTypeTable, NamesAndClasses) {
+  EXPECT_EQ(ag::dtype_name(DType::kFloat32), "float32");
+  EXPECT_EQ(ag::dtype_name(DType::kFloat16), "float16");
+  EXPECT_EQ(ag::dtype_name(DType::kFloat64), "float64");
+  EXPECT_TRUE(ag::is_low_precision(DType::kFloat16));
+  EXPECT_FALSE(ag::is_low_precision(DType::kFloat32));
+  EXPECT_FALSE(ag::is_low_precision(DType::kFloat64));
+}
+
+TEST(DTypeTable, PromotionIsByRankAndSymmetric) {
+  for (DType a : ag::kAllDTypes) {
+    for (DType b : ag::kAllDTypes) {
+      const DType p = ag::promote_types(a, b);
+      EXPECT_EQ(p, ag::promote_types(b, a));
+      EXPECT_TRUE(p == a || p == b);
+      EXPECT_GE(ag::dtype_info(p).promotion_rank, ag::dtype_info(a).promotion_rank);
+    }
+  }
+  EXPECT_EQ(ag::promote_types(DType::kFloat16, DType::kFloat32), DType::kFloat32);
+  EXPECT_EQ(ag::promote_types(DType::kFloat32, DType::kFloat64), DType::kFloat64);
+}
+
+TEST(Devices, FactsAndTheMissingBackendError) {
+  EXPECT_EQ(ag::device_count(Device::kCPU), 1);
+  EXPECT_EQ(ag::device_name(Device::kCPU), "cpu");
+  EXPECT_EQ(ag::device_name(Device::kCUDA), "cuda");
+  EXPECT_EQ(ag::cuda_is_available(), ag::device_count(Device::kCUDA) > 0);
+  EXPECT_NO_THROW(ag::require_backend(Device::kCPU, "anything"));
+  EXPECT_NO_THROW(ag::synchronize(Device::kCPU));
+  if (ag::cuda_is_compiled()) {
+    EXPECT_NO_THROW(ag::require_backend(Device::kCUDA, "linear"));
+  } else {
+    EXPECT_FALSE(ag::cuda_is_available());
+    EXPECT_EQ(ag::cuda_host_sync_count(), 0);
+    EXPECT_ERROR([] { ag::require_backend(Device::kCUDA, "linear"); }, "linear on cuda", "no CUDA backend",
+                 "hint");
+    EXPECT_ERROR([] { (void)ag::ones({2}, DType::kFloat32, Device::kCUDA); }, "no CUDA backend");
+  }
+}
+
+TEST(Devices, Tf32SwitchIsProcessWideAndOffByDefault) {
+  EXPECT_FALSE(ag::cuda::allow_tf32());
+  ag::cuda::set_allow_tf32(true);
+  EXPECT_TRUE(ag::cuda::allow_tf32());
+  ag::cuda::set_allow_tf32(false);
+  EXPECT_FALSE(ag::cuda::allow_tf32());
+}
+
+}  // namespace

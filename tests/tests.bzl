@@ -1,0 +1,11 @@
+"""unit_test: a GoogleTest cc_test for tests/NAME.cc with its own dependencies."""
+
+def unit_test(name, deps, data = [], size = "medium", tags = []):
+    native.cc_test(
+        name = name,
+        size = size,
+        srcs = [name + ".cc"],
+        data = data,
+        tags = tags,
+        deps = deps + ["@gtest//:gtest_main"],
+    )
