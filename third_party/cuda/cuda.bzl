@@ -29,8 +29,11 @@ def _nvcc_objects_impl(ctx):
     args += ctx.attr.copts
     inputs = depset(ctx.files.srcs + ctx.files.hdrs, transitive = [cc.headers, cc_toolchain.all_files])
     objects = []
+
+    # The package's folder as srcs' paths spell it (under external/NAME/ when ampgrad is a dependency).
+    pkg_dir = "/".join([p for p in [ctx.label.workspace_root, ctx.label.package] if p])
     for src in ctx.files.srcs:
-        rel = src.short_path[len(ctx.label.package) + 1:] if ctx.label.package else src.short_path
+        rel = src.path[len(pkg_dir) + 1:] if pkg_dir else src.path
         obj = ctx.actions.declare_file("_nvcc/%s/%s.o" % (ctx.label.name, rel[:-len(".cu")]))
         ctx.actions.run(
             executable = CUDA_PATH + "/bin/nvcc",
