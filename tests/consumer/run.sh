@@ -39,6 +39,16 @@ run_mode() {
     echo "consumer ($name): the seed program printed no loss" >&2
     exit 1
   fi
+  # Only //:ampgrad is public: depending on an internal library must fail analysis.
+  local err
+  if err=$(env "${env_vars[@]}" "$bazelw" --output_base="$base" build "${flags[@]}" --nobuild //:internal_dep 2>&1); then
+    echo "consumer ($name): @ampgrad//framework is visible outside ampgrad" >&2
+    exit 1
+  elif ! grep -q "is not visible from target" <<<"$err"; then
+    echo "$err" >&2
+    echo "consumer ($name): //:internal_dep failed, but not on visibility" >&2
+    exit 1
+  fi
   cleanup
   base=""
   echo "consumer ($name): OK in $((SECONDS - start)) s (CUDA_FOUND = $found)"
