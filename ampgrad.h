@@ -20,3 +20,5 @@
 #include "optim/adam.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"
+#include "utils/cpu_isa.h"
+#include "utils/crc32c.h"
