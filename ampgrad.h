@@ -22,3 +22,8 @@
 #include "optim/sgd.h"
 #include "utils/cpu_isa.h"
 #include "utils/crc32c.h"
+#include "utils/event.h"
+#include "utils/event_reader.h"
+#include "utils/histogram.h"
+#include "utils/summary_writer.h"
+#include "utils/tfrecord.h"
