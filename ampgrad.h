@@ -25,5 +25,6 @@
 #include "utils/event.h"
 #include "utils/event_reader.h"
 #include "utils/histogram.h"
+#include "utils/plot.h"
 #include "utils/summary_writer.h"
 #include "utils/tfrecord.h"
