@@ -26,5 +26,6 @@
 #include "utils/event_reader.h"
 #include "utils/histogram.h"
 #include "utils/plot.h"
+#include "utils/progress.h"
 #include "utils/summary_writer.h"
 #include "utils/tfrecord.h"
