@@ -17,11 +17,16 @@ enum class CastPolicy : uint8_t {
   kPromote,         // always: cast every input to the widest input dtype (add, sub, mul)
 };
 
-/// The static description every op carries: its name (for errors and the tape) and its policy.
+/// The static description every op carries: its name (for errors and the tape), its autocast
+/// policy, and which inputs may be integer tensors (bit i: input i; by default every input must be
+/// floating, and the dispatcher refuses an int64 tensor with a clear error).
 struct OpInfo {
   const char* name;
   CastPolicy cast_policy;
+  uint32_t integer_inputs = 0;
 };
+/// For OpInfo::integer_inputs: every input may be an integer tensor (shape ops, casts).
+inline constexpr uint32_t kAnyInputMayBeInteger = ~uint32_t{0};
 
 namespace autocast {
 

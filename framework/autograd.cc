@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "framework/autocast.h"
 #include "framework/copy.h"
 #include "framework/error.h"
 #include "framework/tensor_impl.h"
@@ -61,6 +62,19 @@ void SavedTensors::release() {
 }
 
 Node::Node() : sequence_nr_(tape_position.fetch_add(1, std::memory_order_relaxed)) {}
+
+namespace detail {
+
+void check_integer_inputs(const OpInfo& info, std::span<const Tensor> inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined() || is_floating(t.dtype()) || ((info.integer_inputs >> i) & 1u) != 0) continue;
+    AG_FAIL(info.name, ": input ", i, " is ", t.to_string(), " but ", info.name, " computes on floating-point ",
+            "tensors; hint: cast it with .to(DType::kFloat32)");
+  }
+}
+
+}  // namespace detail
 
 Edge edge_to(const Tensor& input) {
   if (!input.defined() || !input.requires_grad()) return {};

@@ -11,7 +11,7 @@ namespace {
 // The result in another dtype or on another device (or both); the backward converts the gradient
 // back to the source's dtype and device.
 struct Convert {
-  static constexpr OpInfo kInfo{"cast", CastPolicy::kNone};
+  static constexpr OpInfo kInfo{"cast", CastPolicy::kNone, kAnyInputMayBeInteger};
   DType dtype;
   Device device;
   DType source_dtype = DType::kFloat32;

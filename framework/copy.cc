@@ -24,10 +24,8 @@ void convert_cpu(const From* src, To* dst, int64_t n) {
     half_to_float(src, dst, static_cast<size_t>(n));
   } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Half>) {
     float_to_half(src, dst, static_cast<size_t>(n));
-  } else if constexpr (std::is_same_v<From, double> && std::is_same_v<To, Half>) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = double_to_half(src[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = store<To>(static_cast<ComputeType<To>>(load(src[i])));
+    for (int64_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
   }
 }
 
@@ -65,7 +63,7 @@ void fill_(Tensor& dst, double value) {
   if (dst.device() == Device::kCPU) {
     visit_dtype(dst.dtype(), [&](auto t) {
       using T = decltype(t);
-      std::fill_n(dst.data<T>(), dst.numel(), store<T>(static_cast<ComputeType<T>>(value)));
+      std::fill_n(dst.data<T>(), dst.numel(), convert<T>(value));  // rounded once from double
     });
   } else {
     require_backend(dst.device(), "fill_");
@@ -80,7 +78,7 @@ void accumulate_(Tensor& dst, const Tensor& src) {
   AG_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.device() == src.device(),
            "accumulate_: cannot add ", src.to_string(), " into ", dst.to_string());
   if (dst.device() == Device::kCPU) {
-    visit_dtype(dst.dtype(), [&](auto t) {
+    visit_floating_dtype(dst.dtype(), [&](auto t) {
       using T = decltype(t);
       T* d = dst.data<T>();
       const T* s = src.data<T>();

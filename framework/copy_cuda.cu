@@ -106,8 +106,8 @@ void fill_raw(void* dst, DType dtype, int64_t n, double value) {
   if (n == 0) return;
   visit_dtype(dtype, [&](auto t) {
     using T = DeviceType<decltype(t)>;
-    // As the CPU: double -> compute type -> storage type (a half goes through float).
-    const T v = dstore<T>(static_cast<Compute<T>>(value));
+    // As the CPU: rounded once from double (an int64 truncated, NaN giving INT64_MIN).
+    const T v = convert<T>(value);
     fill_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(dst), v, n);
     AG_CUDA_CHECK_LAUNCH();
   });

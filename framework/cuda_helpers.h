@@ -32,16 +32,20 @@ __host__ __device__ __forceinline__ float dload(__half v) { return __half2float(
 template <typename T> __host__ __device__ __forceinline__ T dstore(Compute<T> v) { return v; }
 template <> __host__ __device__ __forceinline__ __half dstore<__half>(float v) { return __float2half_rn(v); }
 
-/// Element conversion with the CPU's rounding: half<->float exact/RNE, double->half rounded once.
+/// Element conversion with the CPU's rounding (see ampgrad::convert in dtype.h): half<->float
+/// exact/RNE, double and int64 -> half rounded once (through double), float -> int64 truncated with
+/// NaN and out-of-range values giving INT64_MIN.
 template <typename To, typename From>
 __host__ __device__ __forceinline__ To convert(From x) {
   if constexpr (std::is_same_v<To, From>) {
     return x;
+  } else if constexpr (std::is_same_v<To, int64_t>) {
+    return ::ampgrad::float_to_int64(static_cast<double>(dload(x)));
   } else if constexpr (std::is_same_v<To, __half>) {
-    if constexpr (std::is_same_v<From, double>) {
-      return __double2half(x);
-    } else {
+    if constexpr (std::is_same_v<From, float>) {
       return __float2half_rn(x);
+    } else {
+      return __double2half(static_cast<double>(x));
     }
   } else if constexpr (std::is_same_v<From, __half>) {
     return static_cast<To>(__half2float(x));

@@ -44,6 +44,14 @@ bool allow_tf32();
 
 }  // namespace ampgrad
 
+/// AG_HOST_DEVICE marks a function both backends compile: __host__ __device__ under nvcc, nothing
+/// for the C++ compiler (shared formulas and index math, written once).
+#if defined(__CUDACC__)
+#define AG_HOST_DEVICE __host__ __device__
+#else
+#define AG_HOST_DEVICE
+#endif
+
 /// AG_ON_BACKEND(device, kernel, args...): calls cuda::kernel(args...) for Device::kCUDA and
 /// cpu::kernel(args...) otherwise, from inside a kernel family's namespace. In a build without
 /// CUDA the cuda:: declaration is never referenced and a CUDA device gets require_backend's error.

@@ -15,12 +15,14 @@
 
 #include <array>
 #include <memory>
+#include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "framework/autocast.h"
 #include "framework/autograd.h"
+#include "framework/error.h"
 #include "framework/tensor_impl.h"
 
 namespace ampgrad {
@@ -40,17 +42,21 @@ class OpNode final : public Node {
   SavedTensors saved_;
 };
 
-}  // namespace detail
+/// Throws a clear error when an input that must be floating is an integer tensor.
+void check_integer_inputs(const OpInfo& info, std::span<const Tensor> inputs);
 
-template <typename Op, typename... Inputs>
-Tensor dispatch(Op op, const Inputs&... raw_inputs) {
-  std::array<Tensor, sizeof...(Inputs)> inputs{raw_inputs...};
+/// The dispatch order for inputs already gathered (a std::array or, for ops over a list of
+/// tensors, a std::vector); check(op) and forward(op, saved) call the op's own functions.
+template <typename Op, typename Inputs, typename Check, typename Forward>
+Tensor run_op(Op op, Inputs& inputs, Check&& check, Forward&& forward) {
   autocast::cast_inputs(Op::kInfo, inputs);
-  std::apply([&](const auto&... in) { op.check(in...); }, inputs);
+  if constexpr (Op::kInfo.integer_inputs != kAnyInputMayBeInteger) detail::check_integer_inputs(Op::kInfo, inputs);
+  check(op);
 
   SavedTensors saved(Op::kInfo.name);
   bool record = false;
-  static_assert(sizeof...(Inputs) <= SavedTensors::kMaxInputs);
+  AG_CHECK(inputs.size() <= SavedTensors::kMaxInputs, Op::kInfo.name, ": ", inputs.size(),
+           " inputs; an op takes at most ", SavedTensors::kMaxInputs);
   if (GradMode::is_enabled()) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].defined() && inputs[i].requires_grad()) {
@@ -62,17 +68,38 @@ Tensor dispatch(Op op, const Inputs&... raw_inputs) {
   Tensor out;
   {
     NoGradGuard no_grad;  // ops used inside a forward are implementation detail, not tape entries
-    out = std::apply([&](const auto&... in) { return op.forward(saved, in...); }, inputs);
+    out = forward(op, saved);
   }
-  if (record) {
+  if (record && is_floating(out.dtype())) {  // an integer result (argmax) has no gradient
     saved.check_not_saved(out);
-    auto node = std::make_shared<detail::OpNode<Op>>(std::move(op), std::move(saved));
+    auto node = std::make_shared<OpNode<Op>>(std::move(op), std::move(saved));
     node->next_edges.reserve(inputs.size());
     for (const Tensor& in : inputs) node->next_edges.push_back(edge_to(in));
     out.impl()->requires_grad = true;
     out.impl()->grad_fn = std::move(node);
   }
   return out;
+}
+
+}  // namespace detail
+
+/// Runs an op over a fixed number of tensor inputs (see the top of this file).
+template <typename Op, typename... Inputs>
+Tensor dispatch(Op op, const Inputs&... raw_inputs) {
+  std::array<Tensor, sizeof...(Inputs)> inputs{raw_inputs...};
+  return detail::run_op(
+      std::move(op), inputs, [&](const Op& o) { std::apply([&](const auto&... in) { o.check(in...); }, inputs); },
+      [&](Op& o, SavedTensors& saved) {
+        return std::apply([&](const auto&... in) { return o.forward(saved, in...); }, inputs);
+      });
+}
+
+/// Runs an op over a list of tensors (cat): its check and forward take std::span<const Tensor>.
+template <typename Op>
+Tensor dispatch_list(Op op, std::vector<Tensor> inputs) {
+  return detail::run_op(
+      std::move(op), inputs, [&](const Op& o) { o.check(std::span<const Tensor>(inputs)); },
+      [&](Op& o, SavedTensors& saved) { return o.forward(saved, std::span<const Tensor>(inputs)); });
 }
 
 }  // namespace ampgrad

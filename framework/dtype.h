@@ -8,14 +8,15 @@
 #include <optional>
 #include <ostream>
 #include <string_view>
+#include <type_traits>
 
 #include "framework/device.h"
 #include "framework/half.h"
 
 namespace ampgrad {
 
-enum class DType : uint8_t { kFloat32, kFloat16, kFloat64 };
-inline constexpr size_t kNumDTypes = 3;
+enum class DType : uint8_t { kFloat32, kFloat16, kFloat64, kInt64 };
+inline constexpr size_t kNumDTypes = 4;
 
 /// The value facts of a dtype (the type facts, Storage and Compute, are in DTypeTraits).
 struct DTypeInfo {
@@ -46,15 +47,26 @@ template <> struct DTypeTraits<DType::kFloat64> {
   using Compute = double;
   static constexpr DTypeInfo info{"float64", "F64", 8, true, false, 3, 0x1p-52};
 };
+/// Labels, token ids and indices: never differentiable, never autocast.
+template <> struct DTypeTraits<DType::kInt64> {
+  using Storage = int64_t;
+  using Compute = int64_t;
+  static constexpr DTypeInfo info{"int64", "I64", 8, false, false, 0, 1.0};
+};
 
 inline constexpr std::array<DTypeInfo, kNumDTypes> kDTypeTable = {
-    DTypeTraits<DType::kFloat32>::info, DTypeTraits<DType::kFloat16>::info, DTypeTraits<DType::kFloat64>::info};
-inline constexpr std::array<DType, kNumDTypes> kAllDTypes = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
+    DTypeTraits<DType::kFloat32>::info, DTypeTraits<DType::kFloat16>::info, DTypeTraits<DType::kFloat64>::info,
+    DTypeTraits<DType::kInt64>::info};
+inline constexpr std::array<DType, kNumDTypes> kAllDTypes = {DType::kFloat32, DType::kFloat16, DType::kFloat64,
+                                                             DType::kInt64};
+/// The dtypes ops compute in (every op runs in each of them): what the op tests iterate.
+inline constexpr std::array<DType, 3> kFloatingDTypes = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
 
 constexpr const DTypeInfo& dtype_info(DType dtype) { return kDTypeTable[static_cast<size_t>(dtype)]; }
 constexpr std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }
 constexpr size_t element_size(DType dtype) { return dtype_info(dtype).size; }
 constexpr bool is_low_precision(DType dtype) { return dtype_info(dtype).is_low_precision; }
+constexpr bool is_floating(DType dtype) { return dtype_info(dtype).is_floating; }
 /// The wider of two dtypes by promotion rank: what binary ops promote to.
 constexpr DType promote_types(DType a, DType b) {
   return dtype_info(a).promotion_rank >= dtype_info(b).promotion_rank ? a : b;
@@ -66,15 +78,28 @@ std::ostream& operator<<(std::ostream& out, DType dtype);
 
 template <DType D> using StorageType = typename DTypeTraits<D>::Storage;
 
-/// Calls fn(T{}) with T the storage type of `dtype`: one switch instead of one per kernel.
+/// Calls fn(T{}) with T the storage type of `dtype`, for every dtype (copies, conversions, fills).
 template <typename Fn>
 decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::kFloat32: return fn(StorageType<DType::kFloat32>{});
     case DType::kFloat16: return fn(StorageType<DType::kFloat16>{});
     case DType::kFloat64: return fn(StorageType<DType::kFloat64>{});
+    case DType::kInt64: return fn(StorageType<DType::kInt64>{});
   }
   return fn(float{});  // unreachable: every enumerator is handled above
+}
+
+/// Calls fn(T{}) for a floating dtype (math kernels); an integer dtype never reaches a math kernel
+/// (the dispatcher refuses it first), so it falls back to float rather than instantiating the
+/// kernel for integers.
+template <typename Fn>
+decltype(auto) visit_floating_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat16: return fn(StorageType<DType::kFloat16>{});
+    case DType::kFloat64: return fn(StorageType<DType::kFloat64>{});
+    default: return fn(StorageType<DType::kFloat32>{});
+  }
 }
 
 /// The dtype and compute type of a storage type: DTypeOf<Half> is kFloat16, ComputeType<Half> float.
@@ -82,6 +107,7 @@ template <typename T> struct StorageTraits;
 template <> struct StorageTraits<float> : DTypeTraits<DType::kFloat32> { static constexpr DType kDType = DType::kFloat32; };
 template <> struct StorageTraits<Half> : DTypeTraits<DType::kFloat16> { static constexpr DType kDType = DType::kFloat16; };
 template <> struct StorageTraits<double> : DTypeTraits<DType::kFloat64> { static constexpr DType kDType = DType::kFloat64; };
+template <> struct StorageTraits<int64_t> : DTypeTraits<DType::kInt64> { static constexpr DType kDType = DType::kInt64; };
 template <typename T> inline constexpr DType kDTypeOf = StorageTraits<T>::kDType;
 template <typename T> using ComputeType = typename StorageTraits<T>::Compute;
 
@@ -90,5 +116,26 @@ template <typename T> inline ComputeType<T> load(T v) { return v; }
 inline float load(Half v) { return half_to_float(v); }
 template <typename T> inline T store(ComputeType<T> v) { return v; }
 template <> inline Half store<Half>(float v) { return float_to_half(v); }
+
+/// A floating value as int64, as PyTorch on x86: truncated toward zero; NaN and values outside
+/// int64's range give INT64_MIN (never undefined behaviour).
+constexpr int64_t float_to_int64(double v) {
+  return v >= -0x1p63 && v < 0x1p63 ? static_cast<int64_t>(v) : INT64_MIN;
+}
+
+/// One element converted between storage types, rounded once (double -> half directly, int64 ->
+/// half through double, which is exact below 2^53).
+template <typename To, typename From>
+inline To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, int64_t>) {
+    return float_to_int64(static_cast<double>(load(v)));
+  } else if constexpr (std::is_same_v<To, Half> && !std::is_same_v<From, float>) {
+    return double_to_half(static_cast<double>(load(v)));
+  } else {
+    return store<To>(static_cast<ComputeType<To>>(load(v)));
+  }
+}
 
 }  // namespace ampgrad

@@ -58,7 +58,7 @@ Tensor tensor_from_values(const std::vector<Source>& values, const Shape& shape,
   AG_CHECK(static_cast<int64_t>(values.size()) == n, "from_vector: ", values.size(), " values cannot fill shape ",
            shape_to_string(shape), " (", n, " elements)");
   // Build on the host in the source type, then one copy_ converts and moves it.
-  const DType source_dtype = std::is_same_v<Source, double> ? DType::kFloat64 : DType::kFloat32;
+  const DType source_dtype = kDTypeOf<Source>;
   Tensor host = Tensor::empty(shape, source_dtype, Device::kCPU);
   std::copy(values.begin(), values.end(), host.data<Source>());
   if (dtype == source_dtype && device == Device::kCPU) return host;
@@ -74,6 +74,10 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
 }
 
 Tensor Tensor::from_vector(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+  return tensor_from_values(values, shape, dtype, device);
+}
+
+Tensor Tensor::from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype, Device device) {
   return tensor_from_values(values, shape, dtype, device);
 }
 
@@ -97,23 +101,28 @@ int64_t Tensor::size(int64_t d) const {
   return shape()[static_cast<size_t>(d < 0 ? d + rank : d)];
 }
 
-std::vector<double> Tensor::to_double_vector() const {
-  Tensor host = Tensor::empty(shape(), DType::kFloat64, Device::kCPU);
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  if (dtype() == kDTypeOf<T> && device() == Device::kCPU) return std::vector<T>(data<T>(), data<T>() + numel());
+  Tensor host = Tensor::empty(shape(), kDTypeOf<T>, Device::kCPU);
   copy_(host, *this);
-  return std::vector<double>(host.data<double>(), host.data<double>() + numel());
+  return std::vector<T>(host.data<T>(), host.data<T>() + numel());
 }
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 
-std::vector<float> Tensor::to_vector() const {
-  Tensor host = Tensor::empty(shape(), DType::kFloat32, Device::kCPU);
-  copy_(host, *this);
-  return std::vector<float>(host.data<float>(), host.data<float>() + numel());
-}
+std::vector<double> Tensor::to_double_vector() const { return to_vector<double>(); }
 
-float Tensor::item() const {
+template <typename T>
+T Tensor::item() const {
   AG_CHECK(numel() == 1, "item() needs a one-element tensor, got ", to_string(),
            "; hint: reduce with ops::sum or ops::mean first");
-  return to_vector()[0];
+  return to_vector<T>()[0];
 }
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int64_t Tensor::item<int64_t>() const;
 
 std::string Tensor::to_string() const {
   if (!impl_) return "Tensor(undefined)";
@@ -126,6 +135,9 @@ void Tensor::set_requires_grad(bool requires_grad) {
   TensorImpl& impl = checked(impl_);
   AG_CHECK(impl.grad_fn == nullptr || requires_grad, "set_requires_grad(false) on ", to_string(),
            " which an op produced; hint: use detach() to get a tensor without history");
+  AG_CHECK(!requires_grad || is_floating(impl.dtype), "set_requires_grad(true) on ", to_string(),
+           ": only floating-point tensors can require gradients; hint: labels and token ids stay int64, ",
+           "cast with .to(DType::kFloat32) if you need a gradient");
   impl.requires_grad = requires_grad;
 }
 

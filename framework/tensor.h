@@ -28,6 +28,9 @@ class Tensor {
                             DType dtype = DType::kFloat32, Device device = Device::kCPU);
   static Tensor from_vector(const std::vector<double>& values, const Shape& shape,
                             DType dtype = DType::kFloat64, Device device = Device::kCPU);
+  /// Integers (labels, token ids) default to int64.
+  static Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape,
+                            DType dtype = DType::kInt64, Device device = Device::kCPU);
   /// Uninitialised storage (for kernels' outputs).
   static Tensor empty(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
 
@@ -44,9 +47,12 @@ class Tensor {
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
 
-  std::vector<float> to_vector() const;          // any dtype/device -> host floats
-  std::vector<double> to_double_vector() const;  // exact for every dtype
-  float item() const;                             // one-element tensors only
+  /// The values on the host as T (float, double or int64_t), converted from any dtype and device
+  /// (to int64 as a cast does: truncated toward zero). to_vector() gives floats.
+  template <typename T = float> std::vector<T> to_vector() const;
+  std::vector<double> to_double_vector() const;  // exact for every floating dtype
+  /// The one element of a one-element tensor, as T (float by default).
+  template <typename T = float> T item() const;
   std::string to_string() const;                  // "Tensor[2, 3] float16 cpu"
 
   // Autograd.
@@ -85,6 +91,13 @@ class Tensor {
  private:
   std::shared_ptr<TensorImpl> impl_;
 };
+
+extern template std::vector<float> Tensor::to_vector<float>() const;
+extern template std::vector<double> Tensor::to_vector<double>() const;
+extern template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+extern template float Tensor::item<float>() const;
+extern template double Tensor::item<double>() const;
+extern template int64_t Tensor::item<int64_t>() const;
 
 /// Number of elements of a shape; throws when a dimension is negative or the count overflows.
 int64_t shape_numel(const Shape& shape);

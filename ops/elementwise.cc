@@ -1,32 +1,22 @@
-// Element-wise ops: add, sub, mul (with row/scalar broadcasting and dtype promotion), the
-// scalar forms (x * s, x + s), and relu.
+// Element-wise ops: add, sub, mul (NumPy broadcasting at any rank, dtype promotion), the scalar
+// forms (x * s, x + s), and relu. The gradient of a broadcast operand is summed back to its shape.
 #include "framework/dispatch.h"
 #include "ops/checks.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/reduce_kernels.h"
+#include "ops/strided.h"
 #include "ops/ops.h"
 
 namespace ampgrad::ops {
 
 namespace {
 
-// Broadcasting kept to what models need: equal shapes, a trailing row [C] against [..., C], or
-// one element against anything. Returns the output shape.
-Shape broadcast_shape(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.shape() == b.shape()) return a.shape();
-  if (b.numel() == 1 && a.dim() >= b.dim()) return a.shape();
-  if (a.numel() == 1 && b.dim() >= a.dim()) return b.shape();
-  if (b.dim() == 1 && a.dim() >= 1 && a.size(-1) == b.size(0)) return a.shape();
-  if (a.dim() == 1 && b.dim() >= 1 && b.size(-1) == a.size(0)) return b.shape();
-  AG_FAIL(op, ": shapes cannot be broadcast (", describe({{"a", &a}, {"b", &b}}),
-          "); supported: equal shapes, a trailing row [C] with [..., C], or a one-element tensor");
-}
-
-// The gradient of a broadcast operand: sum dy over the broadcast dimensions, scaled by alpha.
+// The gradient of a broadcast operand: dy summed over the dimensions it was broadcast along,
+// scaled by alpha.
 Tensor reduce_grad(const Tensor& dy, const Shape& shape, double alpha) {
   if (dy.shape() == shape && alpha == 1.0) return dy;
   Tensor out = Tensor::empty(shape, dy.dtype(), dy.device());
-  if (out.numel() == dy.numel()) {
+  if (dy.shape() == shape) {
     kernels::affine(dy, alpha, 0.0, out);
   } else {
     kernels::sum_to(dy, alpha, out);
@@ -46,7 +36,11 @@ struct Binary {
 
   void check(const Tensor& a, const Tensor& b) const {
     check_same_device(name, {{"a", &a}, {"b", &b}});
-    broadcast_shape(name, a, b);
+    int64_t dim = 0;
+    AG_CHECK(kernels::try_broadcast_shapes(a.shape(), b.shape(), &dim).has_value(), name, ": shapes cannot be ",
+             "broadcast (", describe({{"a", &a}, {"b", &b}}), "): they differ at dimension ", dim,
+             " (counted from the end) and neither is 1; hint: broadcasting aligns the last dimensions and ",
+             "stretches sizes of 1 (PyTorch's rules)");
   }
 
   Tensor forward(SavedTensors& saved, const Tensor& a, const Tensor& b) {
@@ -56,7 +50,7 @@ struct Binary {
       saved.save(a);
       saved.save(b);
     }
-    Tensor out = Tensor::empty(broadcast_shape(name, a, b), a.dtype(), a.device());
+    Tensor out = Tensor::empty(kernels::broadcast_shapes(name, a.shape(), b.shape()), a.dtype(), a.device());
     kernels::binary(op, a, b, out);
     return out;
   }
@@ -78,6 +72,7 @@ struct Binary {
     return {da, db};
   }
 
+  // dy * other, at dy's (the output's) shape; other is broadcast.
   static Tensor times(const Tensor& dy, const Tensor& other) {
     Tensor out = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
     kernels::binary(kernels::BinaryOp::kMul, dy, other, out);

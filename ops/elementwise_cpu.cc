@@ -1,43 +1,93 @@
-// Element-wise CPU kernels: add/sub/mul with row or scalar broadcasting, relu, broadcast.
-// Storage type T, compute type float (double for float64): store(op(load(a), load(b))).
-#include "ops/elementwise_kernels.h"
-
+// Element-wise CPU kernels: add/sub/mul and affine maps with NumPy broadcasting, relu.
+// Storage T, compute type float (double for float64): store(op(load(a), load(b))). Float16 rows
+// are converted a block at a time (F16C), so every loop runs on floats and vectorises.
+#include <algorithm>
 #include <type_traits>
+
+#include "framework/parallel.h"
+#include "ops/elementwise_kernels.h"
+#include "ops/strided.h"
 
 namespace ampgrad::kernels::cpu {
 
 namespace {
 
-template <typename T, typename F>
-void binary_typed(const T* a, int64_t na, const T* b, int64_t nb, T* out, int64_t n, F f) {
-  // Nothing to compute. (Without this, [0, C] + [C] reached the row path with cols = 0 and divided by it.)
-  if (n == 0) return;
-  if (na == n && nb == n) {
-    for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i]), load(b[i])));
-  } else if (nb == 1) {
-    const auto s = load(b[0]);
-    for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(load(a[i % na]), s));
-  } else if (na == 1) {
-    const auto s = load(a[0]);
-    for (int64_t i = 0; i < n; ++i) out[i] = store<T>(f(s, load(b[i % nb])));
-  } else {
-    // One operand is a trailing row: walk rows so the inner loop has no modulo.
-    const int64_t cols = na < nb ? na : nb;
-    for (int64_t row = 0; row < n / cols; ++row) {
-      const int64_t base = row * cols;
-      const T* ra = na == n ? a + base : a;
-      const T* rb = nb == n ? b + base : b;
-      for (int64_t j = 0; j < cols; ++j) out[base + j] = store<T>(f(load(ra[j]), load(rb[j])));
+constexpr int64_t kBlock = 512;  // float16 elements converted per block (three 2 KiB buffers)
+
+// n values of a strided row as compute-type values: the row itself when it is contiguous in the
+// compute type, else a copy in `buffer` (float16 widened, strides gathered, a broadcast filled).
+template <typename T>
+const ComputeType<T>* row_values(const T* src, int64_t stride, int64_t n, ComputeType<T>* buffer) {
+  if constexpr (std::is_same_v<T, Half>) {
+    if (stride == 1) {
+      half_to_float(src, buffer, static_cast<size_t>(n));
+      return buffer;
     }
+  } else {
+    if (stride == 1) return src;
   }
+  if (stride == 0) {
+    std::fill_n(buffer, n, load(src[0]));
+  } else {
+    for (int64_t j = 0; j < n; ++j) buffer[j] = load(src[j * stride]);
+  }
+  return buffer;
+}
+
+// Writes n compute-type values into a contiguous row of T (float16 rounded in bulk).
+template <typename T>
+void store_row(const ComputeType<T>* values, int64_t n, T* dst) {
+  if constexpr (std::is_same_v<T, Half>) {
+    float_to_half(values, dst, static_cast<size_t>(n));
+  } else if (values != dst) {
+    std::copy_n(values, n, dst);
+  }
+}
+
+// Runs row(offsets, inner) over every row of the plan, on the pool when there is enough work.
+template <int N, typename Row>
+void run_rows(const StridedPlan<N>& plan, Row&& row) {
+  const int64_t rows = plan_rows(plan);
+  if (rows == 0) return;
+  const int64_t inner = plan.numel / rows;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(inner, 1));
+  parallel_range(rows, grain, [&](int64_t lo, int64_t hi) { for_each_row(plan, lo, hi, row); });
+}
+
+template <int N>
+int64_t inner_stride(const StridedPlan<N>& plan, int n) {
+  return plan.rank > 0 ? plan.strides[n][plan.rank - 1] : 1;
+}
+
+// out = f(a, b) over the plan (operand 0 out, contiguous; 1 a; 2 b), in blocks of kBlock.
+template <typename T, typename F>
+void binary_plan(const T* a, const T* b, T* out, const StridedPlan<3>& plan, F f) {
+  using C = ComputeType<T>;
+  const int64_t sa = inner_stride(plan, 1), sb = inner_stride(plan, 2);
+  run_rows(plan, [&](const int64_t* offsets, int64_t inner) {
+    C wa[kBlock], wb[kBlock], wo[kBlock];
+    for (int64_t start = 0; start < inner; start += kBlock) {
+      const int64_t n = std::min(kBlock, inner - start);
+      const C* va = row_values(a + offsets[1] + start * sa, sa, n, wa);
+      const C* vb = row_values(b + offsets[2] + start * sb, sb, n, wb);
+      T* o = out + offsets[0] + start;
+      C* vo = std::is_same_v<T, C> ? reinterpret_cast<C*>(o) : wo;
+      for (int64_t j = 0; j < n; ++j) vo[j] = f(va[j], vb[j]);
+      store_row(vo, n, o);
+    }
+  });
 }
 
 }  // namespace
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  visit_dtype(out.dtype(), [&](auto t) {
+  if (out.numel() == 0) return;
+  const StridedPlan<3> plan = make_plan<3>(
+      out.shape(), {contiguous_strides(out.shape()), broadcast_strides(a.shape(), out.shape()),
+                    broadcast_strides(b.shape(), out.shape())});
+  visit_floating_dtype(out.dtype(), [&](auto t) {
     using T = decltype(t);
-    auto run = [&](auto f) { binary_typed<T>(a.data<T>(), a.numel(), b.data<T>(), b.numel(), out.data<T>(), out.numel(), f); };
+    auto run = [&](auto f) { binary_plan<T>(a.data<T>(), b.data<T>(), out.data<T>(), plan, f); };
     switch (op) {
       case BinaryOp::kAdd: run([](auto x, auto y) { return x + y; }); break;
       case BinaryOp::kSub: run([](auto x, auto y) { return x - y; }); break;
@@ -47,18 +97,27 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
-  visit_dtype(out.dtype(), [&](auto t) {
+  if (out.numel() == 0) return;
+  const StridedPlan<2> plan =
+      make_plan<2>(out.shape(), {contiguous_strides(out.shape()), broadcast_strides(src.shape(), out.shape())});
+  visit_floating_dtype(out.dtype(), [&](auto t) {
     using T = decltype(t);
     using C = ComputeType<T>;
     const T* s = src.data<T>();
     T* o = out.data<T>();
-    const int64_t ns = src.numel(), n = out.numel();
-    const C a = static_cast<C>(alpha), b = static_cast<C>(beta);
-    if (ns == n) {
-      for (int64_t i = 0; i < n; ++i) o[i] = store<T>(a * load(s[i]) + b);
-    } else {
-      for (int64_t i = 0; i < n; ++i) o[i] = store<T>(a * load(s[i % ns]) + b);
-    }
+    const C scale = static_cast<C>(alpha), shift = static_cast<C>(beta);
+    const int64_t ss = inner_stride(plan, 1);
+    run_rows(plan, [&](const int64_t* offsets, int64_t inner) {
+      C ws[kBlock], wo[kBlock];
+      for (int64_t start = 0; start < inner; start += kBlock) {
+        const int64_t n = std::min(kBlock, inner - start);
+        const C* vs = row_values(s + offsets[1] + start * ss, ss, n, ws);
+        T* row = o + offsets[0] + start;
+        C* vo = std::is_same_v<T, C> ? reinterpret_cast<C*>(row) : wo;
+        for (int64_t j = 0; j < n; ++j) vo[j] = scale * vs[j] + shift;
+        store_row(vo, n, row);
+      }
+    });
   });
 }
 
@@ -76,11 +135,12 @@ void relu_half(const uint16_t* in, uint16_t* out, int64_t n) {
   }
 }
 
+// dx = x <= 0 ? 0 : dy, so a NaN input passes its gradient (as PyTorch's threshold_backward).
 void relu_backward_half(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t b = x[i], magnitude = b & 0x7fffu;
-    const bool positive = (b & 0x8000u) == 0 && magnitude != 0 && magnitude <= 0x7c00u;
-    dx[i] = positive ? dy[i] : uint16_t{0};
+    const bool nonpositive = magnitude == 0 || ((b & 0x8000u) != 0 && magnitude <= 0x7c00u);
+    dx[i] = nonpositive ? uint16_t{0} : dy[i];
   }
 }
 
@@ -91,7 +151,7 @@ void relu(const Tensor& x, Tensor& y) {
   if (y.dtype() == DType::kFloat16) {
     return relu_half(reinterpret_cast<const uint16_t*>(x.data<Half>()), reinterpret_cast<uint16_t*>(y.data<Half>()), n);
   }
-  visit_dtype(y.dtype(), [&](auto t) {
+  visit_floating_dtype(y.dtype(), [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, Half>) {
       const T* in = x.data<T>();
@@ -108,13 +168,13 @@ void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
                               reinterpret_cast<const uint16_t*>(dy.data<Half>()),
                               reinterpret_cast<uint16_t*>(dx.data<Half>()), n);
   }
-  visit_dtype(dx.dtype(), [&](auto t) {
+  visit_floating_dtype(dx.dtype(), [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same_v<T, Half>) {
       const T* in = x.data<T>();
       const T* g = dy.data<T>();
       T* out = dx.data<T>();
-      for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0 ? g[i] : T{0};
+      for (int64_t i = 0; i < n; ++i) out[i] = in[i] <= 0 ? T{0} : g[i];  // NaN passes dy
     }
   });
 }

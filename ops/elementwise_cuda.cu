@@ -1,9 +1,10 @@
-// Element-wise CUDA kernels: binary ops with the CPU's broadcasting (out[i] = a[i % na] op b[i % nb]),
-// affine, relu and its backward. Store T, compute float (double for float64). Same-shape operands
+// Element-wise CUDA kernels: binary ops and affine maps with NumPy broadcasting (a StridedPlan per
+// launch), relu and its backward. Store T, compute float (double for float64). Same-shape operands
 // take a vectorised path: 16-byte loads/stores (8 halves, 4 floats, 2 doubles) per thread.
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
 #include "ops/elementwise_kernels.h"
+#include "ops/strided.h"
 
 namespace ampgrad::kernels::cuda {
 
@@ -49,11 +50,13 @@ __global__ void binary_vec_kernel(const T* a, const T* b, T* out, int64_t n, Op 
   }
 }
 
-// a is (na), b is (nb), out is (n), each of na, nb dividing n: out[i] = op(a[i % na], b[i % nb]).
+// plan walks (out, a, b) over out's shape, a and b broadcast: out = op(a, b) element by element.
 template <typename T, typename Op>
-__global__ void binary_bcast_kernel(const T* a, int64_t na, const T* b, int64_t nb, T* out, int64_t n, Op op) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = dstore<T>(op(dload(a[i % na]), dload(b[i % nb])));
+__global__ void binary_plan_kernel(const T* a, const T* b, T* out, StridedPlan<3> plan, Op op) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < plan.numel; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t off[3];
+    plan_offsets(plan, i, off);
+    out[off[0]] = dstore<T>(op(dload(a[off[1]]), dload(b[off[2]])));
   }
 }
 
@@ -67,16 +70,29 @@ void launch_binary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   if (na == n && nb == n && aligned16(pa) && aligned16(pb) && aligned16(po)) {
     binary_vec_kernel<T><<<blocks_for(n, Vec<T>::kSize), kThreads>>>(pa, pb, po, n, op);
   } else {
-    binary_bcast_kernel<T><<<blocks_for(n), kThreads>>>(pa, na, pb, nb, po, n, op);
+    const StridedPlan<3> plan = make_plan<3>(
+        out.shape(), {contiguous_strides(out.shape()), broadcast_strides(a.shape(), out.shape()),
+                      broadcast_strides(b.shape(), out.shape())});
+    binary_plan_kernel<T><<<blocks_for(n), kThreads>>>(pa, pb, po, plan, op);
   }
   AG_CUDA_CHECK_LAUNCH();
 }
 
-// src is (ns), out is (n), ns dividing n: out[i] = alpha * src[i % ns] + beta in the compute type.
+// src and out are (n): out = alpha * src + beta in the compute type (no index arithmetic).
 template <typename T>
-__global__ void affine_kernel(const T* src, int64_t ns, Compute<T> alpha, Compute<T> beta, T* out, int64_t n) {
+__global__ void affine_kernel(const T* src, Compute<T> alpha, Compute<T> beta, T* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = dstore<T>(alpha * dload(src[i % ns]) + beta);
+    out[i] = dstore<T>(alpha * dload(src[i]) + beta);
+  }
+}
+
+// plan walks (out, src) over out's shape, src broadcast: out = alpha * src + beta.
+template <typename T>
+__global__ void affine_plan_kernel(const T* src, Compute<T> alpha, Compute<T> beta, T* out, StridedPlan<2> plan) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < plan.numel; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t off[2];
+    plan_offsets(plan, i, off);
+    out[off[0]] = dstore<T>(alpha * dload(src[off[1]]) + beta);
   }
 }
 
@@ -88,18 +104,18 @@ __global__ void relu_kernel(const T* x, T* y, int64_t n) {
   }
 }
 
-// x, dy, dx are (n): dx = x > 0 ? dy : 0.
+// x, dy, dx are (n): dx = x <= 0 ? 0 : dy (a NaN x passes dy).
 template <typename T>
 __global__ void relu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    dx[i] = dload(x[i]) > 0 ? dy[i] : dstore<T>(0);
+    dx[i] = dload(x[i]) <= 0 ? dstore<T>(0) : dy[i];
   }
 }
 
 }  // namespace
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
-  visit_dtype(out.dtype(), [&](auto t) {
+  visit_floating_dtype(out.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     switch (op) {
       case BinaryOp::kAdd: launch_binary<T>(a, b, out, AddOp{}); break;
@@ -112,12 +128,18 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
 void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  visit_dtype(out.dtype(), [&](auto t) {
+  visit_floating_dtype(out.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     using C = Compute<T>;
-    affine_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(src.data_ptr()), src.numel(),
-                                                  static_cast<C>(alpha), static_cast<C>(beta),
-                                                  static_cast<T*>(out.data_ptr()), n);
+    const T* s = static_cast<const T*>(src.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    if (src.numel() == n) {
+      affine_kernel<T><<<blocks_for(n), kThreads>>>(s, static_cast<C>(alpha), static_cast<C>(beta), o, n);
+    } else {
+      const StridedPlan<2> plan =
+          make_plan<2>(out.shape(), {contiguous_strides(out.shape()), broadcast_strides(src.shape(), out.shape())});
+      affine_plan_kernel<T><<<blocks_for(n), kThreads>>>(s, static_cast<C>(alpha), static_cast<C>(beta), o, plan);
+    }
     AG_CUDA_CHECK_LAUNCH();
   });
 }
@@ -125,7 +147,7 @@ void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
 void relu(const Tensor& x, Tensor& y) {
   const int64_t n = y.numel();
   if (n == 0) return;
-  visit_dtype(y.dtype(), [&](auto t) {
+  visit_floating_dtype(y.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     relu_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), n);
     AG_CUDA_CHECK_LAUNCH();
@@ -135,7 +157,7 @@ void relu(const Tensor& x, Tensor& y) {
 void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   const int64_t n = dx.numel();
   if (n == 0) return;
-  visit_dtype(dx.dtype(), [&](auto t) {
+  visit_floating_dtype(dx.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     relu_backward_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()),
                                                          static_cast<const T*>(dy.data_ptr()),

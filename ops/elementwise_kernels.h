@@ -10,16 +10,16 @@ namespace ampgrad::kernels {
 
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul };
 
-// out[i] = a[i % a.numel()] (op) b[i % b.numel()]: each operand is out-shaped, a trailing row of
-// it, or a single element.
+// out = a (op) b with NumPy broadcasting: out has the broadcast shape of a and b (any ranks), and
+// each operand is read as if stretched to it (no expanded copy is made).
 namespace cpu { void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out); }
 namespace cuda { void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out); }
 inline void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   AG_ON_BACKEND(out.device(), binary, op, a, b, out);
 }
 
-// out[i] = alpha * src[i % src.numel()] + beta: scaling and shifting, and broadcasting a row or an
-// element to out's shape. src may be out itself (in place).
+// out = alpha * src + beta, src broadcast to out's shape (NumPy rules): scaling, shifting and
+// stretching a gradient back over broadcast dimensions. src may be out itself (in place).
 namespace cpu { void affine(const Tensor& src, double alpha, double beta, Tensor& out); }
 namespace cuda { void affine(const Tensor& src, double alpha, double beta, Tensor& out); }
 inline void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
@@ -31,7 +31,7 @@ namespace cpu { void relu(const Tensor& x, Tensor& y); }
 namespace cuda { void relu(const Tensor& x, Tensor& y); }
 inline void relu(const Tensor& x, Tensor& y) { AG_ON_BACKEND(y.device(), relu, x, y); }
 
-// dx = x > 0 ? dy : 0.
+// dx = x <= 0 ? 0 : dy: a NaN input passes its gradient (as PyTorch's threshold_backward).
 namespace cpu { void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx); }
 namespace cuda { void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx); }
 inline void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {

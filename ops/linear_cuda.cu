@@ -51,21 +51,23 @@ cublasHandle_t cublas_handle() {
 }
 
 void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b, const Tensor& bias, Tensor& out) {
-  const int64_t m = out.size(0), n = out.size(1);
-  const int64_t k = trans_a == Transpose::kYes ? a.size(0) : a.size(1);
-  if (m == 0 || n == 0) return;
+  const auto batch_of = [](const Tensor& t) { return t.dim() == 3 ? t.size(0) : int64_t{1}; };
+  const int64_t batch = batch_of(out);
+  const int64_t m = out.size(-2), n = out.size(-1);
+  const int64_t k = trans_a == Transpose::kYes ? a.size(-2) : a.size(-1);
+  if (m == 0 || n == 0 || batch == 0) return;
   // cuBLAS takes int dimensions and leading dimensions (each ld is one of m, n, k): a larger one
   // would be truncated into a wrong (or negative) size, so refuse it instead of computing garbage.
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-  AG_CHECK(m <= kIntMax && n <= kIntMax && k <= kIntMax, "gemm (CUDA): dimensions M = ", m, ", N = ", n, ", K = ", k,
-           " exceed cuBLAS's int limit ", kIntMax);
+  AG_CHECK(m <= kIntMax && n <= kIntMax && k <= kIntMax && batch <= kIntMax, "gemm (CUDA): dimensions M = ", m,
+           ", N = ", n, ", K = ", k, ", batch = ", batch, " exceed cuBLAS's int limit ", kIntMax);
   const bool has_bias = bias.defined();
   const DType dtype = out.dtype();
   if (has_bias) {
-    visit_dtype(dtype, [&](auto t) {
+    visit_floating_dtype(dtype, [&](auto t) {
       using T = DeviceType<decltype(t)>;
-      broadcast_rows_kernel<T><<<blocks_for(m * n), kThreads>>>(static_cast<T*>(out.data_ptr()),
-                                                                 static_cast<const T*>(bias.data_ptr()), n, m * n);
+      broadcast_rows_kernel<T><<<blocks_for(batch * m * n), kThreads>>>(
+          static_cast<T*>(out.data_ptr()), static_cast<const T*>(bias.data_ptr()), n, batch * m * n);
       AG_CUDA_CHECK_LAUNCH();
     });
   }
@@ -77,39 +79,32 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   // Row-major trick: a row-major X[r, c] is the column-major X^T with leading dimension c, so
   // the row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: swap the
   // operands, keep each one's transpose flag, and use (m', n') = (n, m); ld = row length.
+  // A batch is one strided-batched call; an operand every product shares has stride 0.
   cublasHandle_t handle = cublas_handle();
   const cublasOperation_t op_first = op_of(trans_b), op_second = op_of(trans_a);
   const int cm = static_cast<int>(n), cn = static_cast<int>(m), ck = static_cast<int>(k);
-  const int ld_first = static_cast<int>(b.size(1)), ld_second = static_cast<int>(a.size(1)), ldc = static_cast<int>(n);
-  // The math mode is per handle: set it on every call so cuda::set_allow_tf32 takes effect at once.
-  // CUBLAS_DEFAULT_MATH never uses TF32 for FP32 data; FP16 GemmEx uses tensor cores either way.
+  const int ld_first = static_cast<int>(b.size(-1)), ld_second = static_cast<int>(a.size(-1)), ldc = static_cast<int>(n);
+  const long long stride_first = batch_of(b) == 1 ? 0 : b.size(-2) * b.size(-1);
+  const long long stride_second = batch_of(a) == 1 ? 0 : a.size(-2) * a.size(-1);
+  const long long stride_c = m * n;
   // DISALLOW_REDUCED_PRECISION_REDUCTION: otherwise cuBLAS may add split-K partials of an FP16
   // GEMM in half (output type), rounding more than once; large K (weight gradients) hits that.
-  const cublasMath_t math =
-      dtype == DType::kFloat32 && ::ampgrad::cuda::allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-  AG_CUBLAS_CHECK(
-      cublasSetMathMode(handle, static_cast<cublasMath_t>(math | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  switch (dtype) {
-    case DType::kFloat16: {
-      const float alpha = 1.0f, beta = has_bias ? 1.0f : 0.0f;  // FP32 scalars for CUBLAS_COMPUTE_32F
-      AG_CUBLAS_CHECK(cublasGemmEx(handle, op_first, op_second, cm, cn, ck, &alpha, b.data_ptr(), CUDA_R_16F,
-                                   ld_first, a.data_ptr(), CUDA_R_16F, ld_second, &beta, out.data_ptr(), CUDA_R_16F,
-                                   ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      break;
-    }
-    case DType::kFloat32: {
-      const float alpha = 1.0f, beta = has_bias ? 1.0f : 0.0f;
-      AG_CUBLAS_CHECK(cublasSgemm(handle, op_first, op_second, cm, cn, ck, &alpha, b.data<float>(), ld_first,
-                                  a.data<float>(), ld_second, &beta, out.data<float>(), ldc));
-      break;
-    }
-    case DType::kFloat64: {
-      const double alpha = 1.0, beta = has_bias ? 1.0 : 0.0;
-      AG_CUBLAS_CHECK(cublasDgemm(handle, op_first, op_second, cm, cn, ck, &alpha, b.data<double>(), ld_first,
-                                  a.data<double>(), ld_second, &beta, out.data<double>(), ldc));
-      break;
-    }
-  }
+  AG_CUBLAS_CHECK(cublasSetMathMode(
+      handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  // Scalars in the compute type: FP32 for CUBLAS_COMPUTE_32F (float16 and float32), FP64 for float64.
+  const float alpha32 = 1.0f, beta32 = has_bias ? 1.0f : 0.0f;
+  const double alpha64 = 1.0, beta64 = has_bias ? 1.0 : 0.0;
+  const bool f64 = dtype == DType::kFloat64;
+  const cudaDataType_t type = dtype == DType::kFloat16 ? CUDA_R_16F : f64 ? CUDA_R_64F : CUDA_R_32F;
+  // float32 keeps full FP32 multiplies unless cuda::set_allow_tf32(true) asks for TF32 tensor cores.
+  const bool tf32 = dtype == DType::kFloat32 && ::ampgrad::cuda::allow_tf32();
+  const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const void* alpha = f64 ? static_cast<const void*>(&alpha64) : static_cast<const void*>(&alpha32);
+  const void* beta = f64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta32);
+  AG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_first, op_second, cm, cn, ck, alpha, b.data_ptr(), type,
+                                             ld_first, stride_first, a.data_ptr(), type, ld_second, stride_second, beta,
+                                             out.data_ptr(), type, ldc, stride_c, static_cast<int>(batch), compute,
+                                             CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace ampgrad::kernels::cuda

@@ -10,8 +10,10 @@ namespace ampgrad::kernels {
 
 enum class Transpose : bool { kNo, kYes };
 
-// out[M,N] = op(a) @ op(b) (+ bias[N] on every row when bias is defined); op(a) is [M,K] and
-// op(b) [K,N], each a row-major matrix or the transpose of one.
+// out[i] = op(a[i]) @ op(b[i]) (+ bias[N] on every row when bias is defined) for each matrix i of
+// out's batch. op(a[i]) is [M,K] and op(b[i]) [K,N], each a row-major matrix or the transpose of
+// one. A 3-D tensor is a batch [count, rows, cols] and a 2-D one a single matrix; a or b may hold
+// one matrix (2-D, or a batch of 1) that every product shares, otherwise its count is out's.
 namespace cpu {
 void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b, const Tensor& bias, Tensor& out);
 }

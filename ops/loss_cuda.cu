@@ -11,22 +11,23 @@ namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
+// Each squared difference in the compute type (as the CPU), summed in double.
 template <typename T>
 struct SquaredDiff {
   const T* p;
   const T* y;
-  __device__ Compute<T> operator()(int64_t i) const {
+  __device__ double operator()(int64_t i) const {
     const Compute<T> d = dload(p[i]) - dload(y[i]);
-    return d * d;
+    return static_cast<double>(d * d);
   }
 };
 
-// The mean; the mean of nothing is NaN, as on the CPU.
+// The mean, divided in double and rounded once; the mean of nothing is NaN, as on the CPU.
 template <typename T>
 struct MeanFinish {
   int64_t n;
-  __device__ T operator()(Compute<T> total) const {
-    return dstore<T>(n == 0 ? std::numeric_limits<Compute<T>>::quiet_NaN() : total / static_cast<Compute<T>>(n));
+  __device__ T operator()(double total) const {
+    return ::ampgrad::cuda::convert<T>(n == 0 ? std::numeric_limits<double>::quiet_NaN() : total / static_cast<double>(n));
   }
 };
 
@@ -46,10 +47,10 @@ __global__ void mse_backward_kernel(const T* p, const T* y, const T* dloss, T* d
 }  // namespace
 
 void mse_forward(const Tensor& pred, const Tensor& target, Tensor& loss) {
-  visit_dtype(loss.dtype(), [&](auto t) {
+  visit_floating_dtype(loss.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     const int64_t n = pred.numel();
-    reduce_to_one<Compute<T>>(n, SquaredDiff<T>{static_cast<const T*>(pred.data_ptr()),
+    reduce_to_one<double>(n, SquaredDiff<T>{static_cast<const T*>(pred.data_ptr()),
                                                 static_cast<const T*>(target.data_ptr())},
                               MeanFinish<T>{n}, static_cast<T*>(loss.data_ptr()));
   });
@@ -58,7 +59,7 @@ void mse_forward(const Tensor& pred, const Tensor& target, Tensor& loss) {
 void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss, Tensor& dpred, Tensor& dtarget) {
   const int64_t n = pred.numel();
   if (n == 0) return;
-  visit_dtype(dpred.dtype(), [&](auto t) {
+  visit_floating_dtype(dpred.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     T* dt = dtarget.defined() ? static_cast<T*>(dtarget.data_ptr()) : nullptr;
     mse_backward_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(pred.data_ptr()),

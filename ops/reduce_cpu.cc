@@ -1,38 +1,190 @@
-// Reductions on CPU, accumulating in float (double for float64) and rounding once.
-#include "ops/reduce_kernels.h"
-
+// Reductions on the CPU. Sums accumulate in double in a fixed order, so their error does not grow
+// with the number of terms and their bits do not depend on the thread count; max and argmax scan
+// along one dimension.
+#include <algorithm>
+#include <limits>
+#include <type_traits>
 #include <vector>
+
+#include "framework/parallel.h"
+#include "ops/reduce_kernels.h"
+#include "ops/strided.h"
 
 namespace ampgrad::kernels::cpu {
 
+namespace {
+
+constexpr int64_t kWiden = 512;  // float16 values widened per block
+
+// acc[j * acc_stride] += x[j] for j < n (acc_stride 1: a kept inner dimension), or acc[0] +=
+// sum_j x[j] (acc_stride 0: the inner dimension is reduced), in double.
+template <typename T>
+void accumulate_row(const T* x, int64_t n, double* acc, int64_t acc_stride) {
+  if constexpr (std::is_same_v<T, Half>) {
+    float wide[kWiden];
+    for (int64_t start = 0; start < n; start += kWiden) {
+      const int64_t len = std::min(kWiden, n - start);
+      half_to_float(x + start, wide, static_cast<size_t>(len));
+      accumulate_row(wide, len, acc + start * acc_stride, acc_stride);
+    }
+  } else if (acc_stride == 1) {
+    for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(x[j]);
+  } else {
+    double lanes[4] = {0, 0, 0, 0};  // independent chains: the adds pipeline
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      for (int k = 0; k < 4; ++k) lanes[k] += static_cast<double>(x[j + k]);
+    }
+    for (; j < n; ++j) lanes[0] += static_cast<double>(x[j]);
+    acc[0] += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  }
+}
+
+// Adds the rows [row_begin, row_end) of the plan (operand 0: x, contiguous; operand 1: out, with
+// stride 0 along reduced dimensions) into acc, which is indexed like out.
+template <typename T>
+void accumulate_rows(const T* x, const StridedPlan<2>& plan, int64_t row_begin, int64_t row_end, double* acc) {
+  const int64_t acc_stride = plan.rank > 0 ? plan.strides[1][plan.rank - 1] : 0;
+  for_each_row(plan, row_begin, row_end, [&](const int64_t* offsets, int64_t inner) {
+    accumulate_row(x + offsets[0], inner, acc + offsets[1], acc_stride);
+  });
+}
+
+}  // namespace
+
 void sum_to(const Tensor& x, double alpha, Tensor& out) {
-  visit_dtype(out.dtype(), [&](auto t) {
+  const int64_t n_out = out.numel();
+  if (n_out == 0) return;
+  std::vector<double> acc(static_cast<size_t>(n_out), 0.0);
+  if (x.numel() == 0) {  // a sum of nothing is 0
+    visit_floating_dtype(out.dtype(), [&](auto t) { std::fill_n(out.data<decltype(t)>(), n_out, decltype(t){}); });
+    return;
+  }
+  StridedPlan<2> plan =
+      make_plan<2>(x.shape(), {contiguous_strides(x.shape()), broadcast_strides(out.shape(), x.shape())});
+  // Everything summed to one value: cut the flat data into rows of 4096 (with a shorter last
+  // row), so that the pieces below have rows to share.
+  if (n_out == 1 && plan.numel > 4096) {
+    constexpr int64_t kRow = 4096;
+    const int64_t rows = plan.numel / kRow;
+    plan = make_plan<2>({rows, kRow}, {Shape{kRow, 1}, Shape{0, 0}});
+    const int64_t tail = x.numel() - rows * kRow;
+    if (tail > 0) {
+      visit_floating_dtype(x.dtype(), [&](auto t) {
+        accumulate_row(x.data<decltype(t)>() + rows * kRow, tail, acc.data(), 0);
+      });
+    }
+  }
+  visit_floating_dtype(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* in = x.data<T>();
+    const int64_t rows = plan_rows(plan);
+    const int64_t inner = rows > 0 ? plan.numel / rows : 0;
+    // Pieces of at least 64K elements, cut by the shape alone (never by the thread count), so every
+    // output is summed in the same order whatever the number of threads.
+    // Partials stay under 32 MB: a huge output reduced over few rows takes fewer, longer pieces.
+    const int64_t max_pieces = std::max<int64_t>(1, (int64_t{1} << 22) / n_out);
+    int64_t piece_rows = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(inner, 1));
+    piece_rows = std::max(piece_rows, (rows + max_pieces - 1) / max_pieces);
+    const int64_t pieces = (rows + piece_rows - 1) / piece_rows;
+    if (pieces <= 1) {
+      accumulate_rows(in, plan, 0, rows, acc.data());
+    } else if (plan.strides[1][0] != 0) {
+      // The outermost dimension is kept: its indices write disjoint outputs, so pieces of it share
+      // one accumulator.
+      const int64_t rows_per_outer = rows / plan.sizes[0];
+      parallel_range(plan.sizes[0], std::max<int64_t>(1, piece_rows / rows_per_outer), [&](int64_t lo, int64_t hi) {
+        accumulate_rows(in, plan, lo * rows_per_outer, hi * rows_per_outer, acc.data());
+      });
+    } else {
+      // The outermost dimension is reduced: each piece sums into its own partial, and the partials
+      // are added in piece order.
+      std::vector<double> partials(static_cast<size_t>(pieces * n_out), 0.0);
+      parallel_for(pieces, [&](int64_t piece) {
+        accumulate_rows(in, plan, piece * piece_rows, std::min(rows, (piece + 1) * piece_rows),
+                        partials.data() + piece * n_out);
+      });
+      for (int64_t piece = 0; piece < pieces; ++piece) {
+        const double* p = partials.data() + piece * n_out;
+        for (int64_t j = 0; j < n_out; ++j) acc[static_cast<size_t>(j)] += p[j];
+      }
+    }
+    T* o = out.data<T>();
+    for (int64_t j = 0; j < n_out; ++j) o[j] = convert<T>(alpha * acc[static_cast<size_t>(j)]);
+  });
+}
+
+namespace {
+
+// x viewed as [outer, size, inner] around the reduced dimension.
+struct AlongDim {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+
+AlongDim along(const Shape& shape, int64_t dim) {
+  AlongDim v;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    const int64_t s = shape[static_cast<size_t>(d)];
+    if (d < dim) v.outer *= s;
+    if (d == dim) v.size = s;
+    if (d > dim) v.inner *= s;
+  }
+  return v;
+}
+
+}  // namespace
+
+void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
+  const AlongDim v = along(x.shape(), dim);
+  visit_floating_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using C = ComputeType<T>;
     const T* in = x.data<T>();
-    const int64_t cols = out.numel();
-    // Nothing to write. (Without this, rows = 0 / 0 raised SIGFPE: e.g. db of a linear with 0 outputs.)
-    if (cols == 0) return;
-    const int64_t rows = x.numel() / cols;
-    if (cols == 1) {
-      // Pairwise over 8 lanes keeps the float error ~ log(n) eps instead of n eps.
-      C lanes[8] = {};
-      int64_t i = 0;
-      for (; i + 8 <= rows; i += 8) {
-        for (int k = 0; k < 8; ++k) lanes[k] += load(in[i + k]);
+    T* out_values = values.defined() ? values.data<T>() : nullptr;
+    int64_t* out_indices = indices.data<int64_t>();
+    parallel_range(v.outer, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(v.size * v.inner, 1)),
+                   [&](int64_t lo, int64_t hi) {
+      std::vector<C> best(static_cast<size_t>(v.inner));
+      for (int64_t o = lo; o < hi; ++o) {
+        const T* base = in + o * v.size * v.inner;
+        int64_t* idx = out_indices + o * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i) {
+          best[static_cast<size_t>(i)] = load(base[i]);
+          idx[i] = 0;
+        }
+        for (int64_t r = 1; r < v.size; ++r) {
+          for (int64_t i = 0; i < v.inner; ++i) {
+            const C value = load(base[r * v.inner + i]);
+            C& b = best[static_cast<size_t>(i)];
+            // Strictly greater keeps the first maximum; a NaN is the maximum, and the first NaN stays.
+            if (value > b || (value != value && b == b)) {
+              b = value;
+              idx[i] = r;
+            }
+          }
+        }
+        if (out_values != nullptr) {
+          for (int64_t i = 0; i < v.inner; ++i) out_values[o * v.inner + i] = store<T>(best[static_cast<size_t>(i)]);
+        }
       }
-      C total = 0;
-      for (; i < rows; ++i) total += load(in[i]);
-      total += ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-      out.data<T>()[0] = store<T>(static_cast<C>(alpha * total));
-      return;
+    });
+  });
+}
+
+void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx) {
+  const AlongDim v = along(dx.shape(), dim);
+  visit_floating_dtype(dx.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* out = dx.data<T>();
+    const T* g = dy.data<T>();
+    const int64_t* idx = indices.data<int64_t>();
+    std::fill_n(out, dx.numel(), store<T>(ComputeType<T>(0)));
+    for (int64_t o = 0; o < v.outer; ++o) {
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const int64_t k = o * v.inner + i;
+        out[(o * v.size + idx[k]) * v.inner + i] = g[k];
+      }
     }
-    std::vector<C> acc(static_cast<size_t>(cols), C(0));
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = in + r * cols;
-      for (int64_t j = 0; j < cols; ++j) acc[j] += load(row[j]);
-    }
-    for (int64_t j = 0; j < cols; ++j) out.data<T>()[j] = store<T>(static_cast<C>(alpha * acc[j]));
   });
 }
 

@@ -1,7 +1,16 @@
-// sum_to on CUDA: to one element with a deterministic CUB block reduction (ops/cuda/reduce_cuda.h),
-// to a trailing row with one thread per column. Accumulates in float (double for float64).
-#include "ops/reduce_kernels.h"
+// Reductions on CUDA. sum_to splits x's dimensions into kept ones (one per output element) and
+// reduced ones, cuts the reduced range into chunks fixed by the shape, writes one double partial
+// per (chunk, output) and adds the partials in chunk order: deterministic, and tiled so that
+// neighbouring threads read neighbouring elements whether the innermost dimension is kept (bias
+// gradients) or reduced (row sums). max_along scans one dimension per output element.
+#include <algorithm>
+
+#include "framework/cuda_check.h"
+#include "framework/cuda_helpers.h"
+#include "framework/device_cuda.h"
 #include "ops/reduce_cuda.h"
+#include "ops/reduce_kernels.h"
+#include "ops/strided.h"
 
 namespace ampgrad::kernels::cuda {
 
@@ -9,45 +18,190 @@ namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
-template <typename T>
-struct LoadTerm {
-  const T* x;
-  __device__ Compute<T> operator()(int64_t i) const { return dload(x[i]); }
+constexpr int64_t kChunk = 4096;   // reduced elements per partial
+constexpr int kTileX = 32, kTileY = 8;
+
+struct SumPlans {
+  StridedPlan<1> kept;     // output element -> offset of its first term in x
+  StridedPlan<1> reduced;  // term index -> offset from that first term
+  bool inner_reduced;      // x's innermost (contiguous) dimension is summed away
 };
 
-// alpha is applied in double and rounded once, as on the CPU.
-template <typename T>
-struct ScaleFinish {
-  double alpha;
-  __device__ T operator()(Compute<T> total) const { return dstore<T>(static_cast<Compute<T>>(alpha * total)); }
-};
-
-// x is (rows, cols), out is (cols): out[j] = alpha * sum_r x[r, j]; adjacent threads read adjacent columns.
-template <typename T>
-__global__ void sum_columns_kernel(const T* x, int64_t rows, int64_t cols, double alpha, T* out) {
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < cols; j += int64_t{gridDim.x} * blockDim.x) {
-    Compute<T> acc = 0;
-    for (int64_t r = 0; r < rows; ++r) acc += dload(x[r * cols + j]);
-    out[j] = dstore<T>(static_cast<Compute<T>>(alpha * acc));
+SumPlans sum_plans(const Tensor& x, const Tensor& out) {
+  const StridedPlan<2> plan =
+      make_plan<2>(x.shape(), {contiguous_strides(x.shape()), broadcast_strides(out.shape(), x.shape())});
+  Shape kept_sizes, kept_strides, reduced_sizes, reduced_strides;
+  for (int d = 0; d < plan.rank; ++d) {
+    const bool kept = plan.strides[1][d] != 0;
+    (kept ? kept_sizes : reduced_sizes).push_back(plan.sizes[d]);
+    (kept ? kept_strides : reduced_strides).push_back(plan.strides[0][d]);
   }
+  return {make_plan<1>(kept_sizes, {kept_strides}), make_plan<1>(reduced_sizes, {reduced_strides}),
+          plan.rank > 0 && plan.strides[1][plan.rank - 1] == 0};
+}
+
+template <typename T>
+__device__ double term(const T* x, const StridedPlan<1>& reduced, int64_t base, int64_t r) {
+  int64_t off[1];
+  plan_offsets(reduced, r, off);
+  return static_cast<double>(dload(x[base + off[0]]));
+}
+
+// The innermost dimension is reduced: block (o, c) sums chunk c of output o's terms.
+// partials is (chunks, n_out).
+template <typename T>
+__global__ void sum_rows_kernel(const T* x, StridedPlan<1> kept, StridedPlan<1> reduced, int64_t chunk,
+                                double* partials) {
+  using BlockReduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename BlockReduce::TempStorage temp;
+  const int64_t o = blockIdx.x, c = blockIdx.y;
+  int64_t base[1];
+  plan_offsets(kept, o, base);
+  const int64_t r_end = min(reduced.numel, (c + 1) * chunk);
+  double acc = 0.0;
+  for (int64_t r = c * chunk + threadIdx.x; r < r_end; r += blockDim.x) acc += term(x, reduced, base[0], r);
+  const double total = BlockReduce(temp).Sum(acc);
+  if (threadIdx.x == 0) partials[c * kept.numel + o] = total;
+}
+
+// The innermost dimension is kept: a 32 x 8 tile, threads along x on neighbouring outputs, along y
+// on interleaved terms of chunk blockIdx.y; the 8 rows of the tile are added in order.
+template <typename T>
+__global__ void sum_columns_kernel(const T* x, StridedPlan<1> kept, StridedPlan<1> reduced, int64_t chunk,
+                                   double* partials) {
+  __shared__ double tile[kTileY][kTileX];
+  const int64_t o = blockIdx.x * int64_t{kTileX} + threadIdx.x, c = blockIdx.y;
+  double acc = 0.0;
+  if (o < kept.numel) {
+    int64_t base[1];
+    plan_offsets(kept, o, base);
+    const int64_t r_end = min(reduced.numel, (c + 1) * chunk);
+    for (int64_t r = c * chunk + threadIdx.y; r < r_end; r += kTileY) acc += term(x, reduced, base[0], r);
+  }
+  tile[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && o < kept.numel) {
+    double total = 0.0;
+    for (int k = 0; k < kTileY; ++k) total += tile[k][threadIdx.x];
+    partials[c * kept.numel + o] = total;
+  }
+}
+
+// partials is (chunks, n), out is (n): out = alpha * sum over chunks, in chunk order, rounded once.
+template <typename T>
+__global__ void finish_kernel(const double* partials, int64_t chunks, int64_t n, double alpha, T* out) {
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < n; o += int64_t{gridDim.x} * blockDim.x) {
+    double total = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) total += partials[c * n + o];
+    out[o] = ::ampgrad::cuda::convert<T>(alpha * total);
+  }
+}
+
+// x is (outer, size, inner); values and indices are (outer, inner).
+template <typename T>
+__global__ void max_along_kernel(const T* x, int64_t outer, int64_t size, int64_t inner, T* values,
+                                 int64_t* indices) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < outer * inner;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t o = k / inner, i = k % inner;
+    const T* base = x + o * size * inner + i;
+    Compute<T> best = dload(base[0]);
+    int64_t index = 0;
+    for (int64_t r = 1; r < size; ++r) {
+      const Compute<T> v = dload(base[r * inner]);
+      if (v > best || (v != v && best == best)) {  // the first maximum; the first NaN wins
+        best = v;
+        index = r;
+      }
+    }
+    if (values != nullptr) values[k] = dstore<T>(best);
+    indices[k] = index;
+  }
+}
+
+// dy and indices are (outer, inner); dx is (outer, size, inner), zeroed before.
+template <typename T>
+__global__ void max_backward_kernel(const T* dy, const int64_t* indices, int64_t outer, int64_t size, int64_t inner,
+                                    T* dx) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < outer * inner;
+       k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t o = k / inner, i = k % inner;
+    dx[(o * size + indices[k]) * inner + i] = dy[k];
+  }
+}
+
+struct AlongDim {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+
+AlongDim along(const Shape& shape, int64_t dim) {
+  AlongDim v;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    const int64_t s = shape[static_cast<size_t>(d)];
+    if (d < dim) v.outer *= s;
+    if (d == dim) v.size = s;
+    if (d > dim) v.inner *= s;
+  }
+  return v;
 }
 
 }  // namespace
 
 void sum_to(const Tensor& x, double alpha, Tensor& out) {
-  const int64_t cols = out.numel();
-  if (cols == 0) return;
-  const int64_t rows = x.numel() / cols;
-  visit_dtype(out.dtype(), [&](auto t) {
+  const int64_t n_out = out.numel();
+  if (n_out == 0) return;
+  const SumPlans plans = sum_plans(x, out);
+  const int64_t terms = plans.reduced.numel;
+  const int64_t chunks = std::clamp<int64_t>((terms + kChunk - 1) / kChunk, 1, 65535);
+  const int64_t chunk = std::max<int64_t>(1, (terms + chunks - 1) / chunks);
+  Allocator& alloc = caching_allocator();
+  const size_t nbytes = sizeof(double) * static_cast<size_t>(chunks * n_out);
+  double* partials = static_cast<double*>(alloc.allocate(nbytes));
+  visit_floating_dtype(out.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     const T* in = static_cast<const T*>(x.data_ptr());
-    T* o = static_cast<T*>(out.data_ptr());
-    if (cols == 1) {
-      reduce_to_one<Compute<T>>(rows, LoadTerm<T>{in}, ScaleFinish<T>{alpha}, o);
+    if (terms == 0) {
+      AG_CUDA_CHECK(cudaMemsetAsync(partials, 0, nbytes, cudaStreamLegacy));  // a sum of nothing is 0
+    } else if (plans.inner_reduced) {
+      AG_CHECK(n_out <= 0x7fffffff, "sum (CUDA): ", n_out, " outputs exceed the grid limit");
+      sum_rows_kernel<T><<<dim3(static_cast<unsigned>(n_out), static_cast<unsigned>(chunks)), kThreads>>>(
+          in, plans.kept, plans.reduced, chunk, partials);
     } else {
-      sum_columns_kernel<T><<<blocks_for(cols), kThreads>>>(in, rows, cols, alpha, o);
-      AG_CUDA_CHECK_LAUNCH();
+      const int64_t tiles = (n_out + kTileX - 1) / kTileX;
+      AG_CHECK(tiles <= 0x7fffffff, "sum (CUDA): ", n_out, " outputs exceed the grid limit");
+      sum_columns_kernel<T><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)),
+                              dim3(kTileX, kTileY)>>>(in, plans.kept, plans.reduced, chunk, partials);
     }
+    AG_CUDA_CHECK_LAUNCH();
+    finish_kernel<T><<<blocks_for(n_out), kThreads>>>(partials, chunks, n_out, alpha, static_cast<T*>(out.data_ptr()));
+    AG_CUDA_CHECK_LAUNCH();
+  });
+  alloc.deallocate(partials, nbytes);  // stream-ordered: a later user of the block runs after us
+}
+
+void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
+  const AlongDim v = along(x.shape(), dim);
+  if (v.outer * v.inner == 0) return;
+  visit_floating_dtype(x.dtype(), [&](auto t) {
+    using T = DeviceType<decltype(t)>;
+    max_along_kernel<T><<<blocks_for(v.outer * v.inner), kThreads>>>(
+        static_cast<const T*>(x.data_ptr()), v.outer, v.size, v.inner,
+        values.defined() ? static_cast<T*>(values.data_ptr()) : nullptr, static_cast<int64_t*>(indices.data_ptr()));
+    AG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx) {
+  const AlongDim v = along(dx.shape(), dim);
+  AG_CUDA_CHECK(cudaMemsetAsync(dx.data_ptr(), 0, static_cast<size_t>(dx.numel()) * element_size(dx.dtype()),
+                                cudaStreamLegacy));  // all-zero bits are +0 in every float dtype
+  if (v.outer * v.inner == 0) return;
+  visit_floating_dtype(dx.dtype(), [&](auto t) {
+    using T = DeviceType<decltype(t)>;
+    max_backward_kernel<T><<<blocks_for(v.outer * v.inner), kThreads>>>(
+        static_cast<const T*>(dy.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()), v.outer, v.size,
+        v.inner, static_cast<T*>(dx.data_ptr()));
+    AG_CUDA_CHECK_LAUNCH();
   });
 }
 

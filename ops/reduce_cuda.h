@@ -1,5 +1,6 @@
-// Deterministic block reductions shared by sum_to and mse: a fixed grid (a function of n only)
-// writes one partial per block, then one block sums the partials in a fixed order.
+// Deterministic block reductions shared by sum_to and the losses: a fixed grid (a function of n
+// only) writes one partial per block, then one block sums the partials in a fixed order. Sums are
+// accumulated in double (C = double) so their error does not grow with n.
 #pragma once
 
 #include <cub/block/block_reduce.cuh>

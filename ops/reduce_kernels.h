@@ -1,5 +1,7 @@
-// Reduction kernels: sums accumulated in float (double for float64) and rounded once.
-// Callers have checked shapes, dtypes and devices; outputs are preallocated and overwritten.
+// Reduction kernels. Sums accumulate in double in an order fixed by the shapes alone, so their
+// relative error stays near double's whatever the number of terms, and results do not depend on
+// the thread count. Callers have checked shapes, dtypes and devices; outputs are preallocated and
+// overwritten.
 #pragma once
 
 #include "framework/device.h"
@@ -7,10 +9,28 @@
 
 namespace ampgrad::kernels {
 
-// out[j] = alpha * sum_i x[i * out.numel() + j]: sums the leading dimensions away (to a trailing
-// row, or to one element). The bias gradient and the broadcast gradients use it.
+// out = alpha * (x summed over every dimension along which out is broadcast): out's shape
+// broadcasts to x's (aligned at the last dimension, each size equal or 1), e.g. [C] or [1, T, 1]
+// against [B, T, C], or [] for everything. alpha is applied in double and the result rounded once.
+// Bias and broadcast gradients, sum and mean use it.
 namespace cpu { void sum_to(const Tensor& x, double alpha, Tensor& out); }
 namespace cuda { void sum_to(const Tensor& x, double alpha, Tensor& out); }
 inline void sum_to(const Tensor& x, double alpha, Tensor& out) { AG_ON_BACKEND(out.device(), sum_to, x, alpha, out); }
+
+// Along dimension `dim` of x (non-negative): values = the maxima and indices (int64) = the index of
+// the first maximum, both shaped like x without `dim` (contiguous). A NaN counts as the maximum
+// (the first NaN wins), as in PyTorch. values may be undefined (argmax).
+namespace cpu { void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices); }
+namespace cuda { void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices); }
+inline void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
+  AG_ON_BACKEND(x.device(), max_along, x, dim, values, indices);
+}
+
+// dx (x's shape) = 0 everywhere except dx at indices along `dim` = dy (the gradient of max_along).
+namespace cpu { void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx); }
+namespace cuda { void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx); }
+inline void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx) {
+  AG_ON_BACKEND(dx.device(), max_backward, dy, indices, dim, dx);
+}
 
 }  // namespace ampgrad::kernels

@@ -89,14 +89,15 @@ TEST(BadInput, Ops) {
   using namespace ag::ops;
   run_rows({
       {"linear inner dims", [] { linear(t({4, 3}), t({5, 4})); }, {"linear", "[4, 3]", "[5, 4]"}},
-      {"linear x rank", [] { linear(t({4}), t({5, 4})); }, {"linear", "[4]"}},
+      {"linear x rank", [] { linear(t({}), t({5, 4})); }, {"linear", "[]"}},
       {"linear w rank", [] { linear(t({2, 4}), t({5, 4, 1})); }, {"linear", "[5, 4, 1]"}},
       {"linear bias shape", [] { linear(t({2, 4}), t({5, 4}), t({3})); }, {"linear", "[3]"}},
       {"linear dtypes", [] { linear(t({2, 4}, DType::kFloat16), t({5, 4})); }, {"linear", "float16", "float32"}},
       {"linear undefined", [] { linear(Tensor(), t({5, 4})); }, {"linear", "undefined"}},
       {"linear undefined w", [] { linear(t({2, 4}), Tensor()); }, {"linear", "undefined"}},
       {"matmul inner dims", [] { matmul(t({2, 3}), t({4, 5})); }, {"matmul", "[2, 3]", "[4, 5]"}},
-      {"matmul rank", [] { matmul(t({2, 3, 4}), t({4, 5})); }, {"matmul", "[2, 3, 4]"}},
+      {"matmul rank", [] { matmul(t({}), t({4, 5})); }, {"matmul", "rank >= 1"}},
+      {"matmul batch", [] { matmul(t({2, 3, 4}), t({3, 4, 5})); }, {"matmul", "[2]", "[3]"}},
       {"matmul dtypes", [] { matmul(t({2, 3}), t({3, 5}, DType::kFloat64)); }, {"matmul", "float64"}},
       {"add shapes", [] { add(t({2, 3}), t({4, 3})); }, {"add", "[2, 3]", "[4, 3]"}},
       {"sub shapes", [] { sub(t({2, 3}), t({2})); }, {"sub", "[2, 3]", "[2]"}},

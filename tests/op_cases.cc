@@ -3,38 +3,9 @@
 
 #include <algorithm>
 
+#include "reference.h"
+
 namespace ampgrad::test {
-
-namespace {
-
-// out[i] = f(a[i % |a|], b[i % |b|]): with row-major storage this is how an operand that is the
-// output's shape, a trailing row of it, or one element lines up with out[i].
-Values broadcast_ref(const Values& a, const Values& b, double (*f)(double, double)) {
-  const size_t n = std::max(a.size(), b.size());
-  Values out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = f(a[i % a.size()], b[i % b.size()]);
-  return out;
-}
-
-Values map_ref(const Values& x, const std::function<double(double)>& f) {
-  Values out(x.size());
-  std::transform(x.begin(), x.end(), out.begin(), f);
-  return out;
-}
-
-double sum_ref(const Values& x) {
-  double s = 0;
-  for (double v : x) s += v;
-  return s;
-}
-
-double mse_ref(const Values& pred, const Values& target) {
-  double s = 0;
-  for (size_t i = 0; i < pred.size(); ++i) s += (pred[i] - target[i]) * (pred[i] - target[i]);
-  return s / static_cast<double>(pred.size());
-}
-
-}  // namespace
 
 std::vector<OpCase> op_cases() {
   std::vector<OpCase> cases;
@@ -47,8 +18,7 @@ std::vector<OpCase> op_cases() {
   cases.push_back({"matmul", {{4, 6}, {6, 3}}, [](In t) { return ops::matmul(t[0], t[1]); },
                    [](Refs v) { return matmul_ref(v[0], v[1], 4, 6, 3); }, {.k = 6, .magnitude = 4}});
 
-  // add / sub / mul with every supported broadcast: equal shapes, a trailing row on either side,
-  // one element (0-dim or [1]) on either side.
+  // add / sub / mul with NumPy broadcasting on either side, ranks 0 to 4.
   struct Binary {
     const char* name;
     Tensor (*op)(const Tensor&, const Tensor&);
@@ -60,13 +30,16 @@ std::vector<OpCase> op_cases() {
       {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](double a, double b) { return a * b; }},
   };
   const std::pair<const char*, std::vector<Shape>> layouts[] = {
-      {"same", {{3, 4}, {3, 4}}},        {"row_right", {{2, 3, 4}, {4}}}, {"row_left", {{4}, {3, 4}}},
-      {"scalar_right", {{3, 4}, {}}},    {"scalar_left", {{}, {3, 4}}},   {"one_element", {{3, 4}, {1}}},
+      {"same", {{3, 4}, {3, 4}}},          {"row_right", {{2, 3, 4}, {4}}},  {"row_left", {{4}, {3, 4}}},
+      {"scalar_right", {{3, 4}, {}}},      {"scalar_left", {{}, {3, 4}}},    {"one_element", {{3, 4}, {1}}},
+      {"column", {{2, 3}, {2, 1}}},        {"row_1", {{2, 3}, {1, 3}}},      {"outer", {{4, 1}, {4}}},
+      {"rank4", {{2, 1, 3, 1}, {1, 4, 1, 2}}}, {"rank0", {{}, {}}},        {"middle", {{2, 3, 4}, {2, 1, 4}}},
   };
   for (const Binary& b : binaries) {
     for (const auto& [layout, shapes] : layouts) {
       cases.push_back({std::string(b.name) + "_" + layout, shapes, [op = b.op](In t) { return op(t[0], t[1]); },
-                       [f = b.ref](Refs v) { return broadcast_ref(v[0], v[1], f); }, {}});
+                       [f = b.ref, sa = shapes[0], sb = shapes[1]](Refs v) { return broadcast_ref(v[0], sa, v[1], sb, f); },
+                       {}});
     }
   }
 
@@ -108,9 +81,9 @@ std::vector<OpCase> op_cases() {
   cases.push_back({"matmul_long_k", {{6, 40}, {40, 3}}, [](In t) { return ops::matmul(t[0], t[1]); },
                    [](Refs v) { return matmul_ref(v[0], v[1], 6, 40, 3); }, {.k = 40, .magnitude = 4}});
   cases.push_back({"add_vector_tail", {{4, 37}, {4, 37}}, [](In t) { return t[0] + t[1]; },
-                   [](Refs v) { return broadcast_ref(v[0], v[1], [](double a, double b) { return a + b; }); }, {}});
+                   [](Refs v) { return zip_ref(v[0], v[1], [](double a, double b) { return a + b; }); }, {}});
   cases.push_back({"mul_long", {{1000}, {1000}}, [](In t) { return t[0] * t[1]; },
-                   [](Refs v) { return broadcast_ref(v[0], v[1], [](double a, double b) { return a * b; }); }, {}});
+                   [](Refs v) { return zip_ref(v[0], v[1], [](double a, double b) { return a * b; }); }, {}});
   cases.push_back({"relu_tail", {{8, 33}}, [](In t) { return ops::relu(t[0]); },
                    [](Refs v) { return map_ref(v[0], [](double x) { return x > 0 ? x : 0.0; }); }, {}});
   cases.push_back({"sum_many", {{50, 41}}, [](In t) { return ops::sum(t[0]); },
@@ -120,6 +93,7 @@ std::vector<OpCase> op_cases() {
   cases.push_back({"mse_loss_tall", {{64, 9}, {64, 9}}, [](In t) { return ops::mse_loss(t[0], t[1]); },
                    [](Refs v) { return Values{mse_ref(v[0], v[1])}; },
                    {.k = 576, .magnitude = 4}});
+  append_tensor_cases(cases);
   return cases;
 }
 

@@ -1,0 +1,166 @@
+// The float64 references of reference.h.
+#include "reference.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace ampgrad::test {
+
+namespace {
+
+// The row-major multi-index of `linear` in `shape`.
+std::vector<int64_t> unravel(int64_t linear, const Shape& shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = linear % shape[d];
+    linear /= shape[d];
+  }
+  return index;
+}
+
+int64_t ravel(const std::vector<int64_t>& index, const Shape& shape) {
+  int64_t linear = 0;
+  for (size_t d = 0; d < shape.size(); ++d) linear = linear * shape[d] + index[d];
+  return linear;
+}
+
+// The element of an operand of `shape` that out index `index` (of a larger rank) reads when broadcast.
+int64_t broadcast_index(const std::vector<int64_t>& index, const Shape& shape) {
+  const size_t lead = index.size() - shape.size();
+  std::vector<int64_t> own(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) own[d] = shape[d] == 1 ? 0 : index[lead + d];
+  return ravel(own, shape);
+}
+
+}  // namespace
+
+Shape broadcast_ref_shape(const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < a.size() ? a[a.size() - 1 - i] : 1, db = i < b.size() ? b[b.size() - 1 - i] : 1;
+    out[rank - 1 - i] = std::max(da, db);
+  }
+  return out;
+}
+
+Values broadcast_ref(const Values& a, const Shape& a_shape, const Values& b, const Shape& b_shape,
+                     const std::function<double(double, double)>& f) {
+  const Shape shape = broadcast_ref_shape(a_shape, b_shape);
+  Values out(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::vector<int64_t> index = unravel(static_cast<int64_t>(i), shape);
+    out[i] = f(a[static_cast<size_t>(broadcast_index(index, a_shape))], b[static_cast<size_t>(broadcast_index(index, b_shape))]);
+  }
+  return out;
+}
+
+Values map_ref(const Values& x, const std::function<double(double)>& f) {
+  Values out(x.size());
+  std::transform(x.begin(), x.end(), out.begin(), f);
+  return out;
+}
+
+Values zip_ref(const Values& a, const Values& b, const std::function<double(double, double)>& f) {
+  Values out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = f(a[i], b[i]);
+  return out;
+}
+
+double sum_ref(const Values& x) {
+  double s = 0;
+  for (double v : x) s += v;
+  return s;
+}
+
+double mse_ref(const Values& pred, const Values& target) {
+  double s = 0;
+  for (size_t i = 0; i < pred.size(); ++i) s += (pred[i] - target[i]) * (pred[i] - target[i]);
+  return s / static_cast<double>(pred.size());
+}
+
+Values permute_ref(const Values& x, const Shape& shape, const std::vector<int64_t>& dims) {
+  Shape out_shape(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) out_shape[i] = shape[static_cast<size_t>(dims[i])];
+  Values out(x.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::vector<int64_t> o = unravel(static_cast<int64_t>(i), out_shape);
+    std::vector<int64_t> in(shape.size());
+    for (size_t d = 0; d < dims.size(); ++d) in[static_cast<size_t>(dims[d])] = o[d];
+    out[i] = x[static_cast<size_t>(ravel(in, shape))];
+  }
+  return out;
+}
+
+Values narrow_ref(const Values& x, const Shape& shape, int64_t dim, int64_t start, int64_t length) {
+  Values out;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int64_t at = unravel(static_cast<int64_t>(i), shape)[static_cast<size_t>(dim)];
+    if (at >= start && at < start + length) out.push_back(x[i]);
+  }
+  return out;
+}
+
+Values cat_ref(const std::vector<Values>& xs, const std::vector<Shape>& shapes, int64_t dim) {
+  Shape out_shape = shapes[0];
+  out_shape[static_cast<size_t>(dim)] = 0;
+  for (const Shape& s : shapes) out_shape[static_cast<size_t>(dim)] += s[static_cast<size_t>(dim)];
+  Values out(static_cast<size_t>(shape_numel(out_shape)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<int64_t> index = unravel(static_cast<int64_t>(i), out_shape);
+    size_t k = 0;
+    while (index[static_cast<size_t>(dim)] >= shapes[k][static_cast<size_t>(dim)]) {
+      index[static_cast<size_t>(dim)] -= shapes[k][static_cast<size_t>(dim)];
+      ++k;
+    }
+    out[i] = xs[k][static_cast<size_t>(ravel(index, shapes[k]))];
+  }
+  return out;
+}
+
+Values sum_dims_ref(const Values& x, const Shape& shape, const std::vector<int64_t>& dims) {
+  Shape kept = shape;
+  for (int64_t d : dims) kept[static_cast<size_t>(d)] = 1;
+  Values out(static_cast<size_t>(shape_numel(kept)), 0.0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    std::vector<int64_t> index = unravel(static_cast<int64_t>(i), shape);
+    for (int64_t d : dims) index[static_cast<size_t>(d)] = 0;
+    out[static_cast<size_t>(ravel(index, kept))] += x[i];
+  }
+  return out;
+}
+
+Values max_dim_ref(const Values& x, const Shape& shape, int64_t dim) {
+  Shape kept = shape;
+  kept[static_cast<size_t>(dim)] = 1;
+  Values out(static_cast<size_t>(shape_numel(kept)), -std::numeric_limits<double>::infinity());
+  for (size_t i = 0; i < x.size(); ++i) {
+    std::vector<int64_t> index = unravel(static_cast<int64_t>(i), shape);
+    index[static_cast<size_t>(dim)] = 0;
+    double& best = out[static_cast<size_t>(ravel(index, kept))];
+    best = std::max(best, x[i]);
+  }
+  return out;
+}
+
+Values batched_matmul_ref(const Values& a, const Shape& a_shape, const Values& b, const Shape& b_shape) {
+  const int64_t m = a_shape[a_shape.size() - 2], k = a_shape.back(), n = b_shape.back();
+  const Shape a_batch(a_shape.begin(), a_shape.end() - 2), b_batch(b_shape.begin(), b_shape.end() - 2);
+  const Shape batch = broadcast_ref_shape(a_batch, b_batch);
+  const int64_t count = shape_numel(batch);
+  Values out(static_cast<size_t>(count * m * n), 0.0);
+  for (int64_t bi = 0; bi < count; ++bi) {
+    const std::vector<int64_t> index = unravel(bi, batch);
+    const int64_t ai = broadcast_index(index, a_batch), bj = broadcast_index(index, b_batch);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < k; ++p) acc += a[static_cast<size_t>((ai * m + i) * k + p)] * b[static_cast<size_t>((bj * k + p) * n + j)];
+        out[static_cast<size_t>((bi * m + i) * n + j)] = acc;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace ampgrad::test

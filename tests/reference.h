@@ -1,0 +1,38 @@
+// Float64 reference implementations of the ops, written the plainest way (index by index over
+// row-major data), for the op-case table. They share no code with the library.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "framework/tensor.h"
+
+namespace ampgrad::test {
+
+using Values = std::vector<double>;
+
+/// The broadcast of two shapes (NumPy rules), assumed compatible.
+Shape broadcast_ref_shape(const Shape& a, const Shape& b);
+/// f(a, b) element by element, each operand stretched to the broadcast shape.
+Values broadcast_ref(const Values& a, const Shape& a_shape, const Values& b, const Shape& b_shape,
+                     const std::function<double(double, double)>& f);
+Values map_ref(const Values& x, const std::function<double(double)>& f);
+/// f(a[i], b[i]) for equally long a and b.
+Values zip_ref(const Values& a, const Values& b, const std::function<double(double, double)>& f);
+double sum_ref(const Values& x);
+double mse_ref(const Values& pred, const Values& target);
+/// x with dimensions reordered: out.shape[i] = shape[dims[i]].
+Values permute_ref(const Values& x, const Shape& shape, const std::vector<int64_t>& dims);
+/// x[..., start:start+length, ...] along dim.
+Values narrow_ref(const Values& x, const Shape& shape, int64_t dim, int64_t start, int64_t length);
+/// xs joined along dim.
+Values cat_ref(const std::vector<Values>& xs, const std::vector<Shape>& shapes, int64_t dim);
+/// x summed over `dims` (non-negative, each once), as a flat array in the kept dimensions' order.
+Values sum_dims_ref(const Values& x, const Shape& shape, const std::vector<int64_t>& dims);
+/// The maxima along dim (first maximum), flat in the order of the other dimensions.
+Values max_dim_ref(const Values& x, const Shape& shape, int64_t dim);
+/// Batched a @ b: a [..., m, k] and b [..., k, n] with broadcast batch dimensions.
+Values batched_matmul_ref(const Values& a, const Shape& a_shape, const Values& b, const Shape& b_shape);
+
+}  // namespace ampgrad::test
