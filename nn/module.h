@@ -1,4 +1,5 @@
-// nn modules: Module (parameters, forward, to), Linear, ReLU, Sequential.
+// nn::Module, the base of every layer and model. A module is a handle: its registered parameters,
+// buffers, children and training flag live in one shared state, so a copy is the same module.
 #pragma once
 
 #include <memory>
@@ -7,72 +8,92 @@
 #include <utility>
 #include <vector>
 
-#include "framework/error.h"
 #include "framework/tensor.h"
 
 namespace ampgrad::nn {
 
-/// A layer or model: forward(x) and the parameters it owns. Modules are handles too: copying
-/// one shares its parameters.
+/// Whether a registered parameter is trained (kNo: a frozen parameter).
+enum class RequiresGrad : bool { kNo, kYes };
+
+template <typename T>
+using Named = std::vector<std::pair<std::string, T>>;
+
+/// A layer or model. Subclasses register what they own in their constructor (as libtorch's
+/// register_parameter / register_buffer / register_module) and implement forward(x); names,
+/// traversal, to(), train()/eval() and checkpoints then come from the registries.
 class Module {
  public:
+  Module();
+  /// The copy is the same module: registered parameters, buffers, children and the training
+  /// flag are shared (what Sequential{lin} relies on). Plain data members of a subclass are copied.
+  Module(const Module& other) = default;
+  /// Deleted: assigning would rebind one handle and silently leave the others on the old module.
+  Module& operator=(const Module&) = delete;
   virtual ~Module() = default;
-  virtual Tensor forward(const Tensor& x) = 0;
+
+  /// The module's computation. The default throws (a ModuleList, for one, has none).
+  virtual Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
-  /// Every parameter with its name, in a fixed order: "weight", "bias", "0.weight", ... (the
-  /// names PyTorch's state_dict gives the same architecture).
-  virtual std::vector<std::pair<std::string, Tensor>> named_parameters() const { return {}; }
-  /// The parameters alone, in the same order (what optimizers take).
+
+  // Registration. A name is non-empty, has no '.', and is unique among the module's parameters,
+  // buffers and children. The returned reference stays valid while any handle to the module
+  // lives: keep it as a `Tensor&` member, and assigning through it reaches every handle.
+  /// An undefined tensor reserves the name (as an absent bias) and is skipped by traversals.
+  Tensor& register_parameter(const std::string& name, Tensor tensor, RequiresGrad requires_grad = RequiresGrad::kYes);
+  /// State that is saved and converted by to() but not trained (running statistics, masks).
+  Tensor& register_buffer(const std::string& name, Tensor tensor);
+  /// Adds a child and returns a handle to it: `nn::Linear fc = register_module("fc", nn::Linear(4, 8));`.
+  template <typename M>
+    requires std::is_base_of_v<Module, M>
+  M register_module(const std::string& name, M module) {
+    add_child(name, std::make_shared<M>(module));
+    return module;
+  }
+  template <typename M>
+    requires std::is_base_of_v<Module, M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    add_child(name, module);
+    return module;
+  }
+
+  // Traversal, depth first in registration order, a module's own entries before its children's.
+  /// Each parameter once, under the first name that reaches it: "weight", "0.bias",
+  /// "blocks.0.attn.weight" (PyTorch's named_parameters()). A tied parameter appears once.
+  Named<Tensor> named_parameters() const;
+  /// The parameters of named_parameters(), each once in first-seen order (what optimizers take).
   std::vector<Tensor> parameters() const;
-  /// Converts every parameter in place: the Tensor handles already given out stay valid
-  /// (gradients are cleared). Do this before building an optimizer over the parameters.
+  Named<Tensor> named_buffers() const;
+  std::vector<Tensor> buffers() const;
+  /// Every parameter and buffer under every name that reaches it, tied ones under each name
+  /// (PyTorch's state_dict()): what checkpoints save and load.
+  Named<Tensor> state_dict() const;
+  /// Direct children in registration order; the same child registered twice appears twice.
+  Named<std::shared_ptr<Module>> named_children() const;
+  std::vector<std::shared_ptr<Module>> children() const;
+  /// This module (name "") and each descendant once, under its first name. The pointers are
+  /// valid while this module lives.
+  Named<Module*> named_modules();
+
+  /// Sets the training flag of this module and every descendant (dropout acts only in training).
+  Module& train();
+  Module& eval();
+  bool is_training() const;
+
+  /// Converts every parameter and buffer once, in place: Tensor handles already given out stay
+  /// valid and tied parameters stay tied (gradients are cleared). Build optimizers afterwards.
   Module& to(DType dtype);
   Module& to(Device device);
-};
 
-/// Whether a Linear layer has a bias.
-enum class Bias : bool { kNo, kYes };
-
-/// y = x W^T + b; W [out, in] Kaiming-uniform, b [out] uniform in +-1/sqrt(in) (PyTorch's init).
-class Linear : public Module {
- public:
-  Linear(int64_t in_features, int64_t out_features, Bias bias = Bias::kYes);
-  Tensor forward(const Tensor& x) override;
-  std::vector<std::pair<std::string, Tensor>> named_parameters() const override;
-
-  Tensor weight;
-  Tensor bias;  // undefined with Bias::kNo
-};
-
-class ReLU : public Module {
- public:
-  Tensor forward(const Tensor& x) override;
-};
-
-/// Runs its modules in order: Sequential model{Linear(10, 64), ReLU(), Linear(64, 1)}.
-class Sequential : public Module {
- public:
-  template <typename... Modules>
-    requires(std::is_base_of_v<Module, std::decay_t<Modules>> && ...)
-  explicit Sequential(Modules&&... modules) {
-    (push_back(std::forward<Modules>(modules)), ...);
-  }
-
-  template <typename M>
-  void push_back(M&& module) {
-    modules_.push_back(std::make_shared<std::decay_t<M>>(std::forward<M>(module)));
-  }
-
-  Tensor forward(const Tensor& x) override;
-  std::vector<std::pair<std::string, Tensor>> named_parameters() const override;
-  size_t size() const { return modules_.size(); }
-  Module& operator[](size_t index) {
-    AG_CHECK(index < modules_.size(), "Sequential[", index, "]: out of range for ", modules_.size(), " modules");
-    return *modules_[index];
-  }
+  /// Whether both handles refer to the same module.
+  bool is_same(const Module& other) const { return state_ == other.state_; }
+  /// The class name ("ampgrad::nn::Linear"), for messages.
+  std::string type_name() const;
 
  private:
-  std::vector<std::shared_ptr<Module>> modules_;
+  struct State;
+  void check_new_name(const std::string& name, const char* what) const;
+  void add_child(const std::string& name, std::shared_ptr<Module> child);
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace ampgrad::nn
