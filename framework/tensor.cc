@@ -168,6 +168,11 @@ void Tensor::backward(const Tensor& grad, RetainGraph retain) const { run_backwa
 
 Tensor Tensor::master() const { return checked(impl_).master; }
 
+Tensor Tensor::step_grad() const {
+  const Tensor& m = checked(impl_).master;
+  return m.defined() && m.grad().defined() ? m.grad() : grad();
+}
+
 void Tensor::set_master(const Tensor& master) {
   TensorImpl& impl = checked(impl_);
   AG_CHECK(!master.defined() || (master.dtype() == DType::kFloat32 && master.shape() == impl.shape),

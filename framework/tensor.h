@@ -71,6 +71,9 @@ class Tensor {
   /// Its grad() is the unscaled FP32 gradient between GradScaler::unscale_ and the step.
   Tensor master() const;
   void set_master(const Tensor& master);
+  /// The gradient the next optimizer step uses: the master's FP32 gradient when
+  /// GradScaler::unscale_ wrote one, else grad() (undefined if neither). What clipping measures.
+  Tensor step_grad() const;
 
   /// Replaces storage, shape, dtype and device in place, keeping this tensor's identity
   /// (what Module::to uses so that handles users hold stay valid). Clears grad.

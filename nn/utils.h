@@ -1,4 +1,4 @@
-// Gradient utilities.
+// Gradient utilities: clip_grad_norm_.
 #pragma once
 
 #include <vector>
@@ -7,10 +7,18 @@
 
 namespace ampgrad::nn::utils {
 
-/// Scales the gradients of `params` in place so that their joint L2 norm is at most max_norm,
-/// and returns the norm before clipping (inf or NaN if any gradient is non-finite, in which case
-/// nothing is scaled). For a parameter with an FP32 master copy whose gradient was unscaled
-/// (GradScaler::unscale_), that FP32 gradient is the one measured and clipped.
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+struct ClipGradNormOptions {
+  double norm_type = 2.0;           // p > 0, or infinity: the largest |g|
+  bool error_if_nonfinite = false;  // throw when the total norm is inf or NaN
+};
+
+/// Scales the gradients of `params` in place so that their joint p-norm (sum over every element
+/// of every gradient of |g|^p, to the power 1/p; max |g| for p = inf) is at most max_norm, and
+/// returns the norm before clipping. Each gradient counts once, however often its parameter is
+/// listed (tied weights). For a parameter whose gradient GradScaler::unscale_ wrote into its FP32
+/// master, that FP32 gradient is measured and clipped (Tensor::step_grad). A non-finite norm
+/// throws with error_if_nonfinite; otherwise it is returned and, unlike PyTorch (which multiplies
+/// every gradient by 0 or NaN), nothing is scaled.
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, ClipGradNormOptions options = {});
 
 }  // namespace ampgrad::nn::utils

@@ -1,8 +1,9 @@
 // nn modules: Linear's initialisation and shapes, parameter order, Sequential against manual
-// composition, and Module::to keeping the parameter handles users hold.
+// composition, Module::to keeping the parameter handles users hold, and clip_grad_norm_.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "framework/allocator.h"
@@ -139,6 +140,64 @@ TEST(Nn, ToCudaWithoutCudaThrowsAndLeavesTheModelUsable) {
   EXPECT_TRUE(throws_error([&] { lin.to(ag::Device::kCUDA); }, {"CUDA"}));
   EXPECT_EQ(lin.weight.device(), ag::Device::kCPU);
   EXPECT_EQ(lin(ag::ones({1, 2})).shape(), (ag::Shape{1, 2}));
+}
+
+Tensor with_grad(const std::vector<float>& values, const std::vector<float>& grad) {
+  Tensor p = Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
+  p.set_requires_grad(true);
+  p.set_grad(Tensor::from_vector(grad, p.shape()));
+  return p;
+}
+
+TEST(ClipGradNorm, NormTypes) {
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    double norm_type;
+    double norm;  // of the gradients {3, -4} and {12}
+  };
+  for (const Case& c : {Case{2.0, 13.0}, Case{1.0, 19.0}, Case{3.0, std::cbrt(27.0 + 64 + 1728)}, Case{inf, 12.0}}) {
+    SCOPED_TRACE(c.norm_type);
+    const Tensor a = with_grad({1, 1}, {3, -4}), b = with_grad({1}, {12});
+    EXPECT_NEAR(ag::nn::utils::clip_grad_norm_({a, b}, 100.0, {.norm_type = c.norm_type}), c.norm, 1e-12);
+    EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{12}));  // under max_norm: untouched
+    EXPECT_NEAR(ag::nn::utils::clip_grad_norm_({a, b}, 6.0, {.norm_type = c.norm_type}), c.norm, 1e-12);
+    const double coeff = 6.0 / (c.norm + 1e-6);  // PyTorch's coefficient
+    EXPECT_FLOAT_EQ(a.grad().to_vector()[1], static_cast<float>(-4 * coeff));
+    EXPECT_FLOAT_EQ(b.grad().to_vector()[0], static_cast<float>(12 * coeff));
+  }
+  const Tensor p = with_grad({1}, {1});
+  EXPECT_TRUE(throws_error([&] { ag::nn::utils::clip_grad_norm_({p}, 1.0, {.norm_type = 0}); }, {"norm_type", "0"}));
+  EXPECT_TRUE(throws_error([&] { ag::nn::utils::clip_grad_norm_({p}, 1.0, {.norm_type = std::nan("")}); },
+                           {"norm_type"}));
+  EXPECT_TRUE(throws_error([&] { ag::nn::utils::clip_grad_norm_({p}, -1.0); }, {"max_norm", "-1"}));
+}
+
+TEST(ClipGradNorm, ASharedGradientCountsOnce) {
+  // A parameter listed twice (or tied in a model) is measured and scaled once.
+  const Tensor p = with_grad({1, 1}, {3, 4});
+  EXPECT_NEAR(ag::nn::utils::clip_grad_norm_({p, p}, 1.0), 5.0, 1e-12);
+  EXPECT_FLOAT_EQ(p.grad().to_vector()[0], static_cast<float>(3 / (5 + 1e-6)));
+  ag::nn::Linear lin(2, 2);
+  ag::nn::Sequential tied{lin, ag::nn::ReLU(), lin};
+  lin.weight.set_grad(ag::full({2, 2}, 1.0));
+  lin.bias.set_grad(ag::zeros({2}));
+  EXPECT_NEAR(ag::nn::utils::clip_grad_norm_(tied.parameters(), 100.0), 2.0, 1e-12);
+}
+
+TEST(ClipGradNorm, NonFiniteNorms) {
+  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    SCOPED_TRACE(bad);
+    const Tensor a = with_grad({1, 1}, {bad, 1}), b = with_grad({1}, {2});
+    for (double norm_type : {2.0, std::numeric_limits<double>::infinity()}) {
+      const double norm = ag::nn::utils::clip_grad_norm_({a, b}, 1.0, {.norm_type = norm_type});
+      EXPECT_FALSE(std::isfinite(norm));
+      EXPECT_EQ(std::isnan(norm), std::isnan(bad));
+      EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{2}));  // nothing scaled
+      EXPECT_TRUE(throws_error(
+          [&] { ag::nn::utils::clip_grad_norm_({a, b}, 1.0, {.norm_type = norm_type, .error_if_nonfinite = true}); },
+          {"clip_grad_norm_", "non-finite", "error_if_nonfinite"}));
+    }
+  }
 }
 
 }  // namespace
