@@ -1,4 +1,4 @@
-// Optimizer base: master weights, the step skeleton and state export shared by SGD and Adam.
+// Optimizer base: parameter groups, master weights, the step skeleton and state export shared by SGD and Adam.
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -8,27 +8,70 @@
 
 namespace ampgrad::optim {
 
-Optimizer::Optimizer(std::vector<Tensor> params)
-    : params_(std::move(params)), synced_storage_(params_.size()), synced_version_(params_.size()) {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    AG_CHECK(p.defined(), "optimizer: parameter ", i, " is undefined");
-    AG_CHECK(p.is_leaf(), "optimizer: parameter ", i, " (", p.to_string(), ") was produced by an op; ",
-             "hint: optimize leaves (model.parameters()), or detach() it and set_requires_grad(true)");
-    AG_CHECK(p.dtype() == DType::kFloat32 || is_low_precision(p.dtype()), "optimizer: parameter ", i, " is ",
-             p.to_string(), "; optimizers update float32 and lower-precision parameters (the latter through an ",
-             "FP32 master copy)");
-    for (size_t j = 0; j < i; ++j) {
-      AG_CHECK(!params_[j].is_same(p), "optimizer: parameter ", i, " is the same tensor as parameter ", j);
-    }
-    master_of(i);  // makes the FP32 master of a float16 parameter
+void check_lr(double lr, const std::string& who) {
+  AG_CHECK(lr >= 0 && std::isfinite(lr), who, ": learning rate must be finite and >= 0, got ", lr);
+}
+
+void check_option_names(const OptionValues& values, const OptionValues& expected, const std::string& who) {
+  for (const auto& [key, value] : expected) {
+    AG_CHECK(values.count(key), who, ": the saved options have no '", key, "'; hint: was the state saved by ", who, "?");
+  }
+  for (const auto& [key, value] : values) {
+    AG_CHECK(expected.count(key), who, ": unknown option '", key, "' in the saved options");
   }
 }
 
-void Optimizer::set_lr(double lr) {
-  AG_CHECK(lr >= 0 && std::isfinite(lr), "optimizer: learning rate must be finite and >= 0, got ", lr);
-  lr_ = lr;
+void Optimizer::add_params(const std::vector<Tensor>& params) {
+  // Check the whole group first, so a refused group leaves the optimizer as it was.
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    const size_t index = params_.size() + i;
+    AG_CHECK(p.defined(), name_, ": parameter ", index, " is undefined");
+    AG_CHECK(p.is_leaf(), name_, ": parameter ", index, " (", p.to_string(), ") was produced by an op; ",
+             "hint: optimize leaves (model.parameters()), or detach() it and set_requires_grad(true)");
+    AG_CHECK(p.dtype() == DType::kFloat32 || is_low_precision(p.dtype()), name_, ": parameter ", index, " is ",
+             p.to_string(), "; optimizers update float32 and lower-precision parameters (the latter through an ",
+             "FP32 master copy)");
+    // A parameter listed twice would be updated twice per step. model.parameters() lists each
+    // once (tied ones too); PyTorch warns within a group and raises across groups.
+    for (size_t j = 0; j < index; ++j) {
+      const Tensor& other = j < params_.size() ? params_[j] : params[j - params_.size()];
+      AG_CHECK(!other.is_same(p), name_, ": parameter ", index, " is the same tensor as parameter ", j,
+               "; hint: list each parameter once, in one group (model.parameters() does)");
+    }
+  }
+  group_begin_.push_back(params_.size());
+  for (const Tensor& p : params) {
+    params_.push_back(p);
+    synced_storage_.emplace_back();
+    synced_version_.push_back(0);
+    master_of(params_.size() - 1);  // makes the FP32 master of a lower-precision parameter
+  }
 }
+
+size_t Optimizer::param_group_of(size_t index) const {
+  AG_CHECK(index < params_.size(), name_, ": no parameter ", index, " (the optimizer has ", params_.size(), ")");
+  size_t group = group_begin_.size() - 1;
+  while (group_begin_[group] > index) --group;  // groups are few; a scan is enough
+  return group;
+}
+
+std::vector<Tensor> Optimizer::group_parameters(size_t group) const {
+  AG_CHECK(group < group_begin_.size(), name_, ": no parameter group ", group, " (the optimizer has ",
+           group_begin_.size(), ")");
+  const size_t end = group + 1 < group_begin_.size() ? group_begin_[group + 1] : params_.size();
+  return {params_.begin() + static_cast<std::ptrdiff_t>(group_begin_[group]),
+          params_.begin() + static_cast<std::ptrdiff_t>(end)};
+}
+
+double Optimizer::lr(size_t group) const { return group_lr(group); }
+
+void Optimizer::set_lr(double lr) {
+  check_lr(lr, name_);  // before any group changes
+  for (size_t g = 0; g < num_param_groups(); ++g) set_group_lr(g, lr);
+}
+
+void Optimizer::set_lr(size_t group, double lr) { set_group_lr(group, lr); }
 
 void Optimizer::zero_grad() {
   for (Tensor& p : params_) {
@@ -62,10 +105,9 @@ Tensor Optimizer::master_of(size_t index) {
 Tensor Optimizer::fp32_grad(size_t index) {
   const Tensor& p = params_.at(index);
   if (p.dtype() == DType::kFloat32) return p.grad();
-  const Tensor master = master_of(index);
-  if (master.grad().defined()) return master.grad();
-  if (!p.grad().defined()) return Tensor();
-  return p.grad().detach().to(DType::kFloat32);
+  master_of(index);  // remade first if stale; an unscaled gradient on it stays valid
+  const Tensor grad = p.step_grad();
+  return grad.defined() ? grad.detach().to(DType::kFloat32) : grad;
 }
 
 void Optimizer::step() {
@@ -84,6 +126,7 @@ void Optimizer::step() {
       mark_in_sync(i);
     }
   }
+  ++steps_taken_;
 }
 
 std::vector<ParamState> Optimizer::state() const {
@@ -99,7 +142,7 @@ std::vector<ParamState> Optimizer::state() const {
 
 Tensor Optimizer::loaded_tensor(size_t index, const ParamState& in, const std::string& key) const {
   auto it = in.tensors.find(key);
-  AG_CHECK(it != in.tensors.end(), name(), "::load_state: parameter ", index, " has no '", key, "' state");
+  AG_CHECK(it != in.tensors.end(), name_, "::load_state: parameter ", index, " has no '", key, "' state");
   const Tensor& t = it->second;
   const Tensor& p = params_[index];
   AG_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.shape() == p.shape(), name(), "::load_state: '", key,
@@ -121,6 +164,27 @@ void Optimizer::load_state(const std::vector<ParamState>& state) {
     }
     load_param_state(i, state[i]);
   }
+}
+
+std::vector<GroupState> Optimizer::param_group_state() const {
+  std::vector<GroupState> out;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    out.push_back({.num_params = group_parameters(g).size(), .options = group_option_values(g)});
+  }
+  return out;
+}
+
+void Optimizer::load_param_group_state(const std::vector<GroupState>& groups) {
+  AG_CHECK(groups.size() == num_param_groups(), name_, "::load_param_group_state: the state has ", groups.size(),
+           " parameter groups but this optimizer has ", num_param_groups(),
+           "; hint: build the optimizer with the same groups (add_param_group before loading)");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t n = group_parameters(g).size();
+    AG_CHECK(groups[g].num_params == n, name_, "::load_param_group_state: group ", g, " of the state has ",
+             groups[g].num_params, " parameters but this optimizer's has ", n);
+    check_option_values(groups[g].options);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) set_group_option_values(g, groups[g].options);
 }
 
 }  // namespace ampgrad::optim

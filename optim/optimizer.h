@@ -1,12 +1,15 @@
-// Optimizer base: parameters, FP32 master weights for lower-precision parameters, zero_grad, the
-// step skeleton and state export for checkpoints. Subclasses implement the update rule on FP32.
+// Optimizer base: parameter groups, FP32 master weights for lower-precision parameters,
+// zero_grad, the step skeleton and state export for checkpoints. Subclasses implement the update
+// rule on FP32; OptimizerWithOptions holds each group's typed options (the one place lr lives).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "framework/error.h"
 #include "framework/tensor.h"
 #include "optim/update_kernels.h"
 
@@ -19,35 +22,60 @@ struct ParamState {
   std::map<std::string, int64_t> counters;
 };
 
+/// A group's options by name, as checkpoints store them (a bool is 0 or 1).
+using OptionValues = std::map<std::string, double>;
+
+/// One parameter group as checkpoints store it: its size and its options.
+struct GroupState {
+  size_t num_params = 0;
+  OptionValues options = {};
+};
+
+/// Parameters with their own options (PyTorch's param_groups); without options a group takes
+/// the optimizer's defaults.
+template <typename Options>
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<Options> options = std::nullopt;
+};
+
 class Optimizer {
  public:
-  /// Any lower-precision parameter gets an FP32 master copy (param.master()): the step updates the
-  /// master in FP32 and writes the rounded value back into the parameter.
-  explicit Optimizer(std::vector<Tensor> params);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
   /// "SGD", "Adam", "AdamW": recorded in checkpoints so a state is never loaded into another kind.
-  virtual std::string name() const = 0;
+  const std::string& name() const { return name_; }
 
   /// Sets every gradient to none (as PyTorch 2 does), including the masters' FP32 gradients.
   void zero_grad();
-  /// One update of every parameter that has a gradient, from its FP32 gradient.
+  /// One update of every parameter that has a gradient, from its FP32 gradient, with its group's options.
   void step();
+  /// How many times step() has run (a step GradScaler skipped does not count).
+  int64_t steps_taken() const { return steps_taken_; }
 
+  /// Every group's parameters, group after group: parameter `index` below indexes this.
   const std::vector<Tensor>& parameters() const { return params_; }
+  size_t num_param_groups() const { return group_begin_.size(); }
+  /// The group parameter `index` belongs to.
+  size_t param_group_of(size_t index) const;
+  /// The parameters of group `group`.
+  std::vector<Tensor> group_parameters(size_t group) const;
+
+  /// The learning rate of group `group`: its options' lr, the only copy.
+  double lr(size_t group = 0) const;
+  /// Sets the learning rate of every group (finite, >= 0).
+  void set_lr(double lr);
+  void set_lr(size_t group, double lr);
+
   /// The FP32 tensor the update writes: the parameter itself if float32, else its master copy,
   /// first remade from the parameter if the parameter changed outside the optimizer (a
   /// model.to(), a checkpoint load or a manual write), so the master is never stale.
   Tensor master_of(size_t index);
   /// The FP32 gradient the next step would use for parameter `index` (undefined if none):
-  /// the master's gradient when GradScaler::unscale_ wrote one, else the parameter's gradient
-  /// (converted to FP32 when the parameter is lower precision).
+  /// Tensor::step_grad(), converted to FP32 when the parameter is lower precision.
   Tensor fp32_grad(size_t index);
-
-  double lr() const { return lr_; }
-  void set_lr(double lr);
 
   /// Every parameter's state, for checkpoints (the tensors are the live ones: copy to keep).
   std::vector<ParamState> state() const;
@@ -55,8 +83,28 @@ class Optimizer {
   /// shapes. Load the parameters' values first: the masters loaded here are then kept as they
   /// are (bit-exact), not remade from the rounded parameters.
   void load_state(const std::vector<ParamState>& state);
+  /// Every group's size and options, for checkpoints.
+  std::vector<GroupState> param_group_state() const;
+  /// Restores the saved options of every group, lr included, as PyTorch's load_state_dict does
+  /// (the options given at construction are replaced). The group sizes must match; the options
+  /// are validated before any group changes.
+  void load_param_group_state(const std::vector<GroupState>& groups);
 
  protected:
+  explicit Optimizer(std::string name) : name_(std::move(name)) {}
+  /// Appends a group's parameters (checked: defined float32 or lower-precision leaves, none
+  /// already held). A lower-precision parameter gets an FP32 master copy (param.master()): the
+  /// step updates the master in FP32 and writes the rounded value back into the parameter.
+  void add_params(const std::vector<Tensor>& params);
+
+  // Typed per-group options, implemented by OptimizerWithOptions.
+  virtual double group_lr(size_t group) const = 0;
+  virtual void set_group_lr(size_t group, double lr) = 0;
+  virtual OptionValues group_option_values(size_t group) const = 0;
+  /// Throws unless `values` name every option of this kind, and only those, with valid values.
+  virtual void check_option_values(const OptionValues& values) const = 0;
+  virtual void set_group_option_values(size_t group, const OptionValues& values) = 0;
+
   /// The update rule for parameter `index`: `master` (FP32) -= f(grad, state), writing the
   /// rounded parameter into `copy` in the same pass (see optim/update_kernels.h).
   virtual void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) = 0;
@@ -67,17 +115,81 @@ class Optimizer {
   /// parameter's shape, onto the parameter's device.
   Tensor loaded_tensor(size_t index, const ParamState& in, const std::string& key) const;
 
-  double lr_ = 0.0;
-
  private:
   // Records that the master of parameter `index` matches the parameter's current contents.
   void mark_in_sync(size_t index);
 
+  std::string name_;
   std::vector<Tensor> params_;
+  std::vector<size_t> group_begin_;  // index in params_ of each group's first parameter
+  int64_t steps_taken_ = 0;
   // What each parameter looked like when its master was last in sync with it: an alias of its
   // storage (held, so the address cannot be reused) and that storage's version.
   std::vector<Tensor> synced_storage_;
   std::vector<uint64_t> synced_version_;
+};
+
+/// Checks a learning rate (finite, >= 0); `who` names the caller in the error.
+void check_lr(double lr, const std::string& who);
+/// Checks that `values` names exactly the options in `expected` (for Options::from_values).
+void check_option_names(const OptionValues& values, const OptionValues& expected, const std::string& who);
+
+/// The typed group options of an optimizer whose options struct is `Options`. Options has a
+/// `double lr`, `void validate(const std::string& who) const`, `OptionValues values() const` and
+/// `static Options from_values(const OptionValues&, const std::string& who)`.
+template <typename Options>
+class OptimizerWithOptions : public Optimizer {
+ public:
+  /// Group `group`'s options; options().lr is always the lr in use (set_lr and schedulers write it).
+  const Options& options(size_t group = 0) const {
+    AG_CHECK(group < group_options_.size(), name(), ": no parameter group ", group, " (the optimizer has ",
+             group_options_.size(), ")");
+    return group_options_[group];
+  }
+  /// Replaces group `group`'s options (validated first).
+  void set_options(size_t group, const Options& options) {
+    this->options(group);  // checks the index
+    options.validate(name());
+    group_options_[group] = options;
+  }
+  /// Adds a group (PyTorch's add_param_group): its own options, or the defaults given at
+  /// construction. Its parameters must not be in another group.
+  void add_param_group(const ParamGroup<Options>& group) {
+    const Options options = group.options.value_or(defaults_);
+    options.validate(name());
+    add_params(group.params);
+    group_options_.push_back(options);
+  }
+  /// What a group added without options gets.
+  const Options& defaults() const { return defaults_; }
+
+ protected:
+  OptimizerWithOptions(std::string name, const std::vector<ParamGroup<Options>>& groups, const Options& defaults)
+      : Optimizer(std::move(name)), defaults_(defaults) {
+    defaults.validate(this->name());
+    for (const ParamGroup<Options>& group : groups) add_param_group(group);
+    // PyTorch raises too: an optimizer over nothing is almost always a model that registered nothing.
+    AG_CHECK(!parameters().empty(), this->name(), ": got an empty parameter list; hint: does the model register ",
+             "its parameters (model.parameters() is empty)?");
+  }
+
+ private:
+  double group_lr(size_t group) const override { return options(group).lr; }
+  void set_group_lr(size_t group, double lr) override {
+    Options changed = options(group);
+    changed.lr = lr;
+    set_options(group, changed);
+  }
+  OptionValues group_option_values(size_t group) const override { return options(group).values(); }
+  void check_option_values(const OptionValues& values) const override {
+    Options::from_values(values, name()).validate(name());
+  }
+  void set_group_option_values(size_t group, const OptionValues& values) override {
+    set_options(group, Options::from_values(values, name()));
+  }
+
+  Options defaults_;
+  std::vector<Options> group_options_;
 };
 
 }  // namespace ampgrad::optim

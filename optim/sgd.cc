@@ -1,4 +1,5 @@
-// SGD update on FP32 master weights.
+// SGD: options, groups, the momentum buffers and the scalars of each update (the element loops are
+// in update_cpu.cc and update_cuda.cu).
 #include "optim/sgd.h"
 
 #include <cmath>
@@ -7,20 +8,45 @@
 
 namespace ampgrad::optim {
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(params)), options_(options) {
-  set_lr(options.lr);
-  AG_CHECK(options.momentum >= 0 && std::isfinite(options.momentum), "SGD: momentum must be >= 0, got ",
-           options.momentum);
-  AG_CHECK(options.weight_decay >= 0 && std::isfinite(options.weight_decay), "SGD: weight_decay must be >= 0, got ",
-           options.weight_decay);
-  AG_CHECK(std::isfinite(options.dampening), "SGD: dampening must be finite, got ", options.dampening);
-  AG_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0), "SGD: nesterov needs momentum > 0 ",
-           "and dampening == 0, got momentum ", options.momentum, ", dampening ", options.dampening);
-  buffers_.resize(parameters().size());
+void SGDOptions::validate(const std::string& who) const {
+  check_lr(lr, who);
+  AG_CHECK(momentum >= 0 && std::isfinite(momentum), who, ": momentum must be >= 0, got ", momentum);
+  AG_CHECK(weight_decay >= 0 && std::isfinite(weight_decay), who, ": weight_decay must be >= 0, got ", weight_decay);
+  AG_CHECK(std::isfinite(dampening), who, ": dampening must be finite, got ", dampening);
+  AG_CHECK(!nesterov || (momentum > 0 && dampening == 0), who, ": nesterov needs momentum > 0 and dampening == 0, ",
+           "got momentum ", momentum, ", dampening ", dampening);
+}
+
+OptionValues SGDOptions::values() const {
+  return {{"lr", lr},
+          {"momentum", momentum},
+          {"dampening", dampening},
+          {"weight_decay", weight_decay},
+          {"nesterov", nesterov ? 1.0 : 0.0}};
+}
+
+SGDOptions SGDOptions::from_values(const OptionValues& values, const std::string& who) {
+  check_option_names(values, SGDOptions{}.values(), who);
+  return {.lr = values.at("lr"),
+          .momentum = values.at("momentum"),
+          .dampening = values.at("dampening"),
+          .weight_decay = values.at("weight_decay"),
+          .nesterov = values.at("nesterov") != 0.0};
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD({{.params = std::move(params)}}, options) {}
+
+SGD::SGD(const std::vector<ParamGroup<SGDOptions>>& groups, SGDOptions defaults)
+    : OptimizerWithOptions("SGD", groups, defaults) {}
+
+Tensor SGD::momentum_buffer(size_t index) const {
+  auto it = buffers_.find(index);
+  return it != buffers_.end() ? it->second : Tensor();
 }
 
 void SGD::save_param_state(size_t index, ParamState& out) const {
-  if (buffers_[index].defined()) out.tensors["momentum_buffer"] = buffers_[index];
+  const Tensor buffer = momentum_buffer(index);
+  if (buffer.defined()) out.tensors["momentum_buffer"] = buffer;
 }
 
 void SGD::load_param_state(size_t index, const ParamState& in) {
@@ -28,18 +54,19 @@ void SGD::load_param_state(size_t index, const ParamState& in) {
 }
 
 void SGD::update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) {
+  const SGDOptions& o = options(param_group_of(index));
   // A momentum that rounds to 0 in float means none (the kernels compute in float).
-  const bool with_momentum = static_cast<float>(options_.momentum) != 0.0f;
+  const bool with_momentum = static_cast<float>(o.momentum) != 0.0f;
   Tensor& buffer = buffers_[index];
   const bool first = with_momentum && !buffer.defined();
   if (first) buffer = Tensor::empty(master.shape(), DType::kFloat32, master.device());
-  const kernels::SgdScalars s{.lr = static_cast<float>(lr_),
-                              .weight_decay = static_cast<float>(options_.weight_decay),
-                              .momentum = static_cast<float>(options_.momentum),
-                              .one_minus_dampening = static_cast<float>(1.0 - options_.dampening)};
+  const kernels::SgdScalars s{.lr = static_cast<float>(o.lr),
+                              .weight_decay = static_cast<float>(o.weight_decay),
+                              .momentum = static_cast<float>(o.momentum),
+                              .one_minus_dampening = static_cast<float>(1.0 - o.dampening)};
   kernels::sgd_update(master.device(), master.data<float>(), grad.data<float>(),
                       with_momentum ? buffer.data<float>() : nullptr, copy, master.numel(), s,
-                      options_.nesterov ? kernels::Nesterov::kYes : kernels::Nesterov::kNo,
+                      o.nesterov ? kernels::Nesterov::kYes : kernels::Nesterov::kNo,
                       first ? kernels::FirstStep::kYes : kernels::FirstStep::kNo);
   if (with_momentum) buffer.bump_version();
 }

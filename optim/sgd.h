@@ -1,6 +1,8 @@
 // Stochastic gradient descent with momentum, dampening, Nesterov and weight decay (PyTorch's rule).
 #pragma once
 
+#include <map>
+
 #include "optim/optimizer.h"
 
 namespace ampgrad::optim {
@@ -11,17 +13,21 @@ struct SGDOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
+
+  void validate(const std::string& who) const;
+  OptionValues values() const;
+  static SGDOptions from_values(const OptionValues& values, const std::string& who);
 };
 
 /// g = grad + wd * w;  buf = g on the first step, then momentum * buf + (1 - dampening) * g;
 /// g = nesterov ? g + momentum * buf : buf (when momentum != 0);  w -= lr * g.
-class SGD : public Optimizer {
+class SGD : public OptimizerWithOptions<SGDOptions> {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
-  std::string name() const override { return "SGD"; }
-  const SGDOptions& options() const { return options_; }
+  /// Parameter groups, each with its own options or `defaults`.
+  explicit SGD(const std::vector<ParamGroup<SGDOptions>>& groups, SGDOptions defaults = {});
   /// Momentum buffer of parameter `index` (FP32; undefined before its first step).
-  const Tensor& momentum_buffer(size_t index) const { return buffers_.at(index); }
+  Tensor momentum_buffer(size_t index) const;
 
  protected:
   void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) override;
@@ -29,8 +35,7 @@ class SGD : public Optimizer {
   void load_param_state(size_t index, const ParamState& in) override;
 
  private:
-  SGDOptions options_;
-  std::vector<Tensor> buffers_;
+  std::map<size_t, Tensor> buffers_;  // by parameter index; a map, as groups can be added later
 };
 
 }  // namespace ampgrad::optim
