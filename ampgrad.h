@@ -22,6 +22,7 @@
 #include "ops/ops.h"
 #include "optim/adam.h"
 #include "optim/optimizer.h"
+#include "optim/scheduler.h"
 #include "optim/sgd.h"
 #include "utils/cpu_isa.h"
 #include "utils/crc32c.h"
