@@ -1,11 +1,10 @@
-// Training-state checkpoints over safetensors: layout, metadata encoding, validation.
+// Training-state checkpoints over safetensors: layout, validation, loading with rollback.
 #include "checkpoint/checkpoint.h"
 
-#include <cstdio>
-#include <cstdlib>
-#include <nlohmann/json.hpp>
+#include <map>
 
 #include "checkpoint/safetensors.h"
+#include "checkpoint/state_json.h"
 #include "framework/copy.h"
 #include "framework/error.h"
 #include "framework/random.h"
@@ -14,59 +13,10 @@ namespace ampgrad::checkpoint {
 
 namespace {
 
-using nlohmann::json;
+using detail::json;
 
-constexpr const char* kFormatVersion = "1";
-
-// Doubles travel as hexadecimal text: exact, and inf (an unbounded max_scale) is allowed.
-std::string exact(double v) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%a", v);
-  return text;
-}
-
-double parse_exact(const json& v, const std::string& what, const std::string& path) {
-  AG_CHECK(v.is_string(), "load_checkpoint(", path, "): ", what, " is not a number string");
-  const std::string text = v.get<std::string>();
-  char* end = nullptr;
-  const double out = std::strtod(text.c_str(), &end);
-  AG_CHECK(end != text.c_str() && *end == '\0', "load_checkpoint(", path, "): ", what, " '", text, "' is not a number");
-  return out;
-}
-
-json scaler_to_json(const amp::GradScalerState& s) {
-  const amp::GradScalerOptions& o = s.options;
-  return {{"scale", exact(s.scale)},
-          {"growth_tracker", s.growth_tracker},
-          {"init_scale", exact(o.init_scale)},
-          {"growth_factor", exact(o.growth_factor)},
-          {"backoff_factor", exact(o.backoff_factor)},
-          {"growth_interval", o.growth_interval},
-          {"enabled", o.enabled},
-          {"min_scale", exact(o.min_scale)},
-          {"max_scale", exact(o.max_scale)}};
-}
-
-amp::GradScalerState scaler_from_json(const json& j, const std::string& path) {
-  auto get = [&](const char* key) -> const json& {
-    AG_CHECK(j.contains(key), "load_checkpoint(", path, "): the scaler state has no '", key, "'");
-    return j.at(key);
-  };
-  AG_CHECK(get("growth_tracker").is_number_integer() && get("growth_interval").is_number_integer() &&
-               get("enabled").is_boolean(),
-           "load_checkpoint(", path, "): the scaler state has fields of the wrong type");
-  amp::GradScalerState s;
-  s.scale = parse_exact(get("scale"), "scaler scale", path);
-  s.growth_tracker = get("growth_tracker").get<int64_t>();
-  s.options.init_scale = parse_exact(get("init_scale"), "scaler init_scale", path);
-  s.options.growth_factor = parse_exact(get("growth_factor"), "scaler growth_factor", path);
-  s.options.backoff_factor = parse_exact(get("backoff_factor"), "scaler backoff_factor", path);
-  s.options.growth_interval = get("growth_interval").get<int64_t>();
-  s.options.enabled = get("enabled").get<bool>();
-  s.options.min_scale = parse_exact(get("min_scale"), "scaler min_scale", path);
-  s.options.max_scale = parse_exact(get("max_scale"), "scaler max_scale", path);
-  return s;
-}
+// "2" saves every option of every parameter group and the scheduler; "1" (one lr, no groups) loads too.
+constexpr const char* kFormatVersion = "2";
 
 json parse_metadata_json(const NamedTensors& file, const std::string& key, const std::string& path) {
   auto it = file.metadata.find(key);
@@ -83,71 +33,99 @@ std::string optimizer_key(size_t index, const std::string& name) {
   return "optimizer." + std::to_string(index) + "." + name;
 }
 
-// Checks that `file` holds every parameter of `model` with its shape and dtype, and returns them
-// in the model's order. Keys starting with `ignored_prefix` belong to others; any other key is
-// unexpected (a different architecture) and an error, as in PyTorch's strict loading.
-std::vector<Tensor> model_tensors(const NamedTensors& file, const nn::Module& model, const std::string& path,
-                                  const std::string& ignored_prefix) {
+// A model tensor and the file's value for it.
+struct Assignment {
+  Tensor target;
+  Tensor value;
+};
+
+// Checks that `file` holds every entry of the model's state_dict() with its shape and dtype (a
+// tied parameter under each of its names, as PyTorch saves it). Keys starting with
+// `ignored_prefix` belong to others; any other key is unexpected (a different architecture) and
+// an error, as in PyTorch's strict loading.
+std::vector<Assignment> model_tensors(const NamedTensors& file, const nn::Module& model, const std::string& path,
+                                      const std::string& ignored_prefix) {
   std::map<std::string, Tensor> by_name(file.tensors.begin(), file.tensors.end());
-  std::vector<Tensor> out;
-  for (const auto& [name, p] : model.named_parameters()) {
+  std::vector<Assignment> out;
+  for (const auto& [name, p] : model.state_dict()) {
     auto it = by_name.find(name);
-    AG_CHECK(it != by_name.end(), "load(", path, "): the file has no tensor '", name, "' for the model's parameter ",
+    AG_CHECK(it != by_name.end(), "load(", path, "): the file has no tensor '", name, "' for the model's ",
              p.to_string(), "; hint: the file was saved from a different architecture");
     const Tensor& t = it->second;
     AG_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(), "load(", path, "): tensor '", name, "' is ",
-             t.to_string(), " but the model's parameter is ", p.to_string(),
+             t.to_string(), " but the model's is ", p.to_string(),
              "; hint: build the same architecture and model.to() the saved dtype before loading");
-    out.push_back(t);
+    out.push_back({p, t});
     by_name.erase(it);
   }
   for (const auto& [name, t] : by_name) {
     AG_CHECK(!ignored_prefix.empty() && name.rfind(ignored_prefix, 0) == 0, "load(", path, "): unexpected tensor '",
-             name, "' ", t.to_string(), " that the model has no parameter for");
+             name, "' ", t.to_string(), " that the model has no parameter or buffer for");
   }
   return out;
 }
 
-void copy_into(const nn::Module& model, const std::vector<Tensor>& values) {
-  const std::vector<Tensor> params = model.parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    Tensor p = params[i];
-    copy_(p, values[i]);
+void assign(const std::vector<Assignment>& assignments) {
+  for (const Assignment& a : assignments) {
+    Tensor target = a.target;
+    copy_(target, a.value);
   }
+}
+
+// The optimizer's per-parameter state from the file: counters from the metadata, tensors from
+// the "optimizer.<index>.<name>" entries.
+std::vector<optim::ParamState> optimizer_param_state(const NamedTensors& file, const detail::OptimizerMeta& meta,
+                                                     size_t n, const std::string& path) {
+  AG_CHECK(meta.counters.size() == n, "load_checkpoint(", path, "): the file has optimizer state for ",
+           meta.counters.size(), " parameters, the optimizer has ", n);
+  std::vector<optim::ParamState> out(n);
+  for (size_t i = 0; i < n; ++i) out[i].counters = meta.counters[i];
+  for (const auto& [name, t] : file.tensors) {
+    if (name.rfind("optimizer.", 0) != 0) continue;
+    const size_t dot = name.find('.', 10);
+    AG_CHECK(dot != std::string::npos, "load_checkpoint(", path, "): malformed optimizer tensor name '", name, "'");
+    const std::string index_text = name.substr(10, dot - 10);
+    const bool numeric = !index_text.empty() && index_text.size() < 10 &&
+                         index_text.find_first_not_of("0123456789") == std::string::npos;
+    AG_CHECK(numeric && std::stoul(index_text) < n, "load_checkpoint(", path, "): optimizer tensor '", name,
+             "' names no parameter of this optimizer");
+    out[std::stoul(index_text)].tensors[name.substr(dot + 1)] = t;
+  }
+  return out;
 }
 
 }  // namespace
 
 void save_model(const std::string& path, const nn::Module& model) {
   NamedTensors file;
-  file.tensors = model.named_parameters();
+  file.tensors = model.state_dict();
   file.metadata["format"] = "pt";
   save_safetensors(path, file);
 }
 
 void load_model(const std::string& path, nn::Module& model) {
   const NamedTensors file = load_safetensors(path);
-  copy_into(model, model_tensors(file, model, path, ""));
+  assign(model_tensors(file, model, path, ""));
 }
 
 void save_checkpoint(const std::string& path, const TrainingState& state) {
   AG_CHECK(state.model != nullptr, "save_checkpoint(", path, "): TrainingState::model is required");
   NamedTensors file;
-  file.tensors = state.model->named_parameters();
+  file.tensors = state.model->state_dict();
   file.metadata["format"] = "pt";
   file.metadata["ampgrad.format_version"] = kFormatVersion;
   file.metadata["ampgrad.random"] = random::get_state();
   if (state.optimizer != nullptr) {
-    json counters = json::array();
     const std::vector<optim::ParamState> params = state.optimizer->state();
     for (size_t i = 0; i < params.size(); ++i) {
       for (const auto& [name, t] : params[i].tensors) file.tensors.emplace_back(optimizer_key(i, name), t);
-      counters.push_back(params[i].counters);
     }
-    file.metadata["ampgrad.optimizer"] =
-        json{{"name", state.optimizer->name()}, {"lr", exact(state.optimizer->lr())}, {"counters", counters}}.dump();
+    file.metadata["ampgrad.optimizer"] = detail::optimizer_to_json(*state.optimizer).dump();
   }
-  if (state.scaler != nullptr) file.metadata["ampgrad.scaler"] = scaler_to_json(state.scaler->state()).dump();
+  if (state.scaler != nullptr) file.metadata["ampgrad.scaler"] = detail::scaler_to_json(state.scaler->state()).dump();
+  if (state.scheduler != nullptr) {
+    file.metadata["ampgrad.scheduler"] = detail::scheduler_to_json(state.scheduler->state()).dump();
+  }
   for (const auto& [key, value] : state.user_metadata) file.metadata["user." + key] = value;
   save_safetensors(path, file);
 }
@@ -155,77 +133,70 @@ void save_checkpoint(const std::string& path, const TrainingState& state) {
 void load_checkpoint(const std::string& path, TrainingState& state) {
   AG_CHECK(state.model != nullptr, "load_checkpoint(", path, "): TrainingState::model is required");
   const NamedTensors file = load_safetensors(path);
-  auto version = file.metadata.find("ampgrad.format_version");
-  AG_CHECK(version != file.metadata.end() && version->second == kFormatVersion, "load_checkpoint(", path,
-           "): not an ampgrad checkpoint of format ", kFormatVersion, "; hint: use load_model for weights-only files");
+  auto version_it = file.metadata.find("ampgrad.format_version");
+  const std::string version = version_it != file.metadata.end() ? version_it->second : "";
+  AG_CHECK(version == "1" || version == kFormatVersion, "load_checkpoint(", path, "): not an ampgrad checkpoint of ",
+           "format 1 or ", kFormatVersion, version.empty() ? "" : " (it says format " + version + ")",
+           "; hint: use load_model for weights-only files");
 
   // Validate and decode everything first, so a bad file changes nothing.
-  const std::vector<Tensor> model_values = model_tensors(file, *state.model, path, "optimizer.");
+  const std::vector<Assignment> model_values = model_tensors(file, *state.model, path, "optimizer.");
+  detail::OptimizerMeta optimizer_meta;
   std::vector<optim::ParamState> optimizer_state;
-  double lr = 0.0;
   if (state.optimizer != nullptr) {
-    const json meta = parse_metadata_json(file, "ampgrad.optimizer", path);
-    AG_CHECK(meta.is_object() && meta.contains("name") && meta.contains("lr") && meta.contains("counters") &&
-                 meta["counters"].is_array(),
-             "load_checkpoint(", path, "): malformed optimizer metadata");
-    AG_CHECK(meta["name"] == state.optimizer->name(), "load_checkpoint(", path, "): the file holds a ",
-             meta["name"].dump(), " state but the optimizer is ", state.optimizer->name());
-    lr = parse_exact(meta["lr"], "optimizer lr", path);
-    const size_t n = state.optimizer->parameters().size();
-    AG_CHECK(meta["counters"].size() == n, "load_checkpoint(", path, "): the file has optimizer state for ",
-             meta["counters"].size(), " parameters, the optimizer has ", n);
-    optimizer_state.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      for (const auto& [key, value] : meta["counters"][i].items()) {
-        AG_CHECK(value.is_number_integer(), "load_checkpoint(", path, "): counter '", key, "' is not an integer");
-        optimizer_state[i].counters[key] = value.get<int64_t>();
-      }
-    }
-    for (const auto& [name, t] : file.tensors) {
-      if (name.rfind("optimizer.", 0) != 0) continue;
-      const size_t dot = name.find('.', 10);
-      AG_CHECK(dot != std::string::npos, "load_checkpoint(", path, "): malformed optimizer tensor name '", name, "'");
-      const std::string index_text = name.substr(10, dot - 10);
-      const bool numeric = !index_text.empty() && index_text.size() < 10 &&
-                           index_text.find_first_not_of("0123456789") == std::string::npos;
-      AG_CHECK(numeric && std::stoul(index_text) < n, "load_checkpoint(", path, "): optimizer tensor '", name,
-               "' names no parameter of this optimizer");
-      optimizer_state[std::stoul(index_text)].tensors[name.substr(dot + 1)] = t;
-    }
+    optimizer_meta = detail::optimizer_from_json(parse_metadata_json(file, "ampgrad.optimizer", path), version, path);
+    AG_CHECK(optimizer_meta.name == state.optimizer->name(), "load_checkpoint(", path, "): the file holds a \"",
+             optimizer_meta.name, "\" state but the optimizer is ", state.optimizer->name());
+    optimizer_state = optimizer_param_state(file, optimizer_meta, state.optimizer->parameters().size(), path);
   }
   amp::GradScalerState scaler_state;
-  if (state.scaler != nullptr) scaler_state = scaler_from_json(parse_metadata_json(file, "ampgrad.scaler", path), path);
+  if (state.scaler != nullptr) {
+    scaler_state = detail::scaler_from_json(parse_metadata_json(file, "ampgrad.scaler", path), path);
+  }
+  optim::LRSchedulerState scheduler_state;
+  if (state.scheduler != nullptr) {
+    scheduler_state = detail::scheduler_from_json(parse_metadata_json(file, "ampgrad.scheduler", path), path);
+  }
   auto rng = file.metadata.find("ampgrad.random");
   AG_CHECK(rng != file.metadata.end(), "load_checkpoint(", path, "): no random generator state in the metadata");
 
   // Apply: parameters first, so the optimizer keeps its exact FP32 masters (see load_state). The
-  // optimizer's and the scaler's own checks can still refuse their part; then everything is
-  // rolled back, so a bad file never leaves a half-loaded run.
-  std::vector<Tensor> saved_params;
-  for (const Tensor& p : state.model->parameters()) {
-    Tensor copy = Tensor::empty(p.shape(), p.dtype(), p.device());
-    copy_(copy, p);
-    saved_params.push_back(copy);
+  // optimizer's, scaler's and scheduler's own checks can still refuse their part; then everything
+  // is rolled back, so a bad file never leaves a half-loaded run.
+  std::vector<Assignment> saved_model;
+  for (const Assignment& a : model_values) {
+    Tensor copy = Tensor::empty(a.target.shape(), a.target.dtype(), a.target.device());
+    copy_(copy, a.target);
+    saved_model.push_back({a.target, copy});
   }
-  const std::vector<optim::ParamState> saved_optimizer =
-      state.optimizer != nullptr ? state.optimizer->state() : std::vector<optim::ParamState>();
-  const double saved_lr = state.optimizer != nullptr ? state.optimizer->lr() : 0.0;
+  optim::Optimizer* opt = state.optimizer;
+  const std::vector<optim::ParamState> saved_optimizer = opt != nullptr ? opt->state() : std::vector<optim::ParamState>();
+  const std::vector<optim::GroupState> saved_groups =
+      opt != nullptr ? opt->param_group_state() : std::vector<optim::GroupState>();
   const amp::GradScalerState saved_scaler = state.scaler != nullptr ? state.scaler->state() : amp::GradScalerState();
+  const optim::LRSchedulerState saved_scheduler =
+      state.scheduler != nullptr ? state.scheduler->state() : optim::LRSchedulerState();
   try {
-    copy_into(*state.model, model_values);
-    if (state.optimizer != nullptr) {
-      state.optimizer->load_state(optimizer_state);
-      state.optimizer->set_lr(lr);
+    assign(model_values);
+    if (opt != nullptr) {
+      opt->load_state(optimizer_state);
+      if (version == "1") {
+        opt->set_lr(optimizer_meta.v1_lr);  // format 1 saved the lr alone; the other options stay as built
+      } else {
+        opt->load_param_group_state(optimizer_meta.groups);
+      }
     }
     if (state.scaler != nullptr) state.scaler->load_state(scaler_state);
+    if (state.scheduler != nullptr) state.scheduler->load_state(scheduler_state);
     random::set_state(rng->second);
   } catch (...) {
-    copy_into(*state.model, saved_params);
-    if (state.optimizer != nullptr) {
-      state.optimizer->load_state(saved_optimizer);
-      state.optimizer->set_lr(saved_lr);
+    assign(saved_model);
+    if (opt != nullptr) {
+      opt->load_state(saved_optimizer);
+      opt->load_param_group_state(saved_groups);
     }
     if (state.scaler != nullptr) state.scaler->load_state(saved_scaler);
+    if (state.scheduler != nullptr) state.scheduler->load_state(saved_scheduler);
     throw;
   }
   state.user_metadata.clear();

@@ -1,6 +1,7 @@
 // Training-state checkpoints: a stopped, saved, reloaded and resumed run is bit-identical to an
-// uninterrupted one (FP32, AMP, FP16 parameters); files follow the safetensors format (read back
-// with Python's standard library); bad files throw and leave the run untouched.
+// uninterrupted one (FP32, AMP, FP16 parameters; parameter groups and an lr schedule); files
+// follow the safetensors format (read back with Python's standard library); bad files throw and
+// leave the run untouched. More in checkpoint_format_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -48,8 +49,18 @@ struct TrainingRun {
     } else if (setup == Setup::kAmpAdam) {
       opt = std::make_unique<ag::optim::Adam>(model->parameters(), ag::optim::AdamOptions{.lr = 1e-2});
     } else {
-      opt = std::make_unique<ag::optim::AdamW>(model->parameters(), ag::optim::AdamWOptions{.lr = 1e-2});
+      // Weight decay on the weights only, in two groups (the transformer recipe).
+      std::vector<ag::Tensor> weights, biases;
+      for (const auto& [name, p] : model->named_parameters()) (p.dim() == 2 ? weights : biases).push_back(p);
+      const ag::optim::AdamWOptions decay{.lr = 1e-2, .weight_decay = 0.1};
+      ag::optim::AdamWOptions no_decay = decay;
+      no_decay.weight_decay = 0;
+      opt = std::make_unique<ag::optim::AdamW>(
+          std::vector<ag::optim::ParamGroup<ag::optim::AdamWOptions>>{{.params = weights}, {.params = biases, .options = no_decay}},
+          decay);
     }
+    scheduler = std::make_unique<ag::optim::CosineWithWarmupLR>(
+        *opt, ag::optim::CosineWithWarmupOptions{.warmup_steps = 5, .total_steps = 30, .min_lr_factor = 0.1});
     // A small growth interval and a huge initial scale make the schedule move within a few steps.
     scaler = std::make_unique<ag::amp::GradScaler>(ag::amp::GradScalerOptions{
         .init_scale = 1e9, .growth_interval = 3, .enabled = setup != Setup::kFp32Sgd});
@@ -66,12 +77,14 @@ struct TrainingRun {
       loss = ag::ops::mse_loss((*model)(x).to(ag::DType::kFloat32), y);
     }
     scaler->scale(loss).backward();
-    scaler->step(*opt);
+    if (scaler->step(*opt)) scheduler->step();
     scaler->update();
     return loss.item();
   }
 
-  ck::TrainingState state() { return {.model = model.get(), .optimizer = opt.get(), .scaler = scaler.get()}; }
+  ck::TrainingState state() {
+    return {.model = model.get(), .optimizer = opt.get(), .scaler = scaler.get(), .scheduler = scheduler.get()};
+  }
 
   std::vector<double> parameter_values() const {
     std::vector<double> all;
@@ -85,6 +98,7 @@ struct TrainingRun {
   std::unique_ptr<ag::nn::Sequential> model;
   std::unique_ptr<ag::optim::Optimizer> opt;
   std::unique_ptr<ag::amp::GradScaler> scaler;
+  std::unique_ptr<ag::optim::LRScheduler> scheduler;
 };
 
 class CheckpointTest : public ::testing::TestWithParam<Setup> {
@@ -124,6 +138,9 @@ TEST_P(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
   EXPECT_EQ(second.parameter_values(), straight.parameter_values());
   EXPECT_EQ(second.scaler->get_scale(), straight.scaler->get_scale());
   EXPECT_EQ(second.scaler->growth_tracker(), straight.scaler->growth_tracker());
+  EXPECT_EQ(second.scheduler->last_epoch(), straight.scheduler->last_epoch());
+  EXPECT_GT(straight.scheduler->last_epoch(), 5);  // the schedule moved past warmup (skipped steps do not count)
+  for (size_t g = 0; g < straight.opt->num_param_groups(); ++g) EXPECT_EQ(second.opt->lr(g), straight.opt->lr(g));
 }
 
 INSTANTIATE_TEST_SUITE_P(Setups, CheckpointTest,
