@@ -64,7 +64,7 @@ class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions options);
   explicit AdamW(const std::vector<ParamGroup<AdamWOptions>>& groups, AdamWOptions defaults = {});
-  using Adam::add_param_group;
+  /// As Adam's, with AdamW's options (a group without options takes the defaults).
   void add_param_group(const ParamGroup<AdamWOptions>& group);
 };
 
