@@ -4,14 +4,14 @@
 namespace ampgrad::nn {
 
 std::shared_ptr<Module> ModuleList::ptr(size_t index) const {
-  const Named<std::shared_ptr<Module>> children = named_children();
+  const Named<std::shared_ptr<Module>>& children = named_children();
   AG_CHECK(index < children.size(), type_name(), "[", index, "]: out of range for ", children.size(), " modules");
   return children[index].second;
 }
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (const std::shared_ptr<Module>& module : children()) h = module->forward(h);
+  for (const auto& [name, module] : named_children()) h = module->forward(h);
   return h;
 }
 

@@ -150,7 +150,7 @@ Named<Tensor> Module::state_dict() const {
   return out;
 }
 
-Named<std::shared_ptr<Module>> Module::named_children() const { return state_->children; }
+const Named<std::shared_ptr<Module>>& Module::named_children() const { return state_->children; }
 
 std::vector<std::shared_ptr<Module>> Module::children() const {
   std::vector<std::shared_ptr<Module>> out;

@@ -67,8 +67,9 @@ class Module {
   /// Every parameter and buffer under every name that reaches it, tied ones under each name
   /// (PyTorch's state_dict()): what checkpoints save and load.
   Named<Tensor> state_dict() const;
-  /// Direct children in registration order; the same child registered twice appears twice.
-  Named<std::shared_ptr<Module>> named_children() const;
+  /// Direct children in registration order; the same child registered twice appears twice. The
+  /// reference is valid until a child is registered.
+  const Named<std::shared_ptr<Module>>& named_children() const;
   std::vector<std::shared_ptr<Module>> children() const;
   /// This module (name "") and each descendant once, under its first name. The pointers are
   /// valid while this module lives.
