@@ -118,13 +118,17 @@ TEST_F(CheckpointFormat, FormatOneFilesStillLoad) {
   EXPECT_EQ(sgd.options().weight_decay, 0.25);  // ... and no other option: those stay as built
   EXPECT_EQ(scaler.get_scale(), 256);
   EXPECT_EQ(scaler.growth_tracker(), 2);
+  int checked = 0;
   for (const auto& [name, t] : raw.tensors) {
     if (name == "0.weight") {
       EXPECT_EQ(model.parameters()[0].to_vector(), t.to_vector());
+      ++checked;
     } else if (name == "optimizer.3.momentum_buffer") {
       EXPECT_EQ(sgd.momentum_buffer(3).to_vector(), t.to_vector());
+      ++checked;
     }
   }
+  EXPECT_EQ(checked, 2);
   // A format this build does not know is refused clearly.
   ck::NamedTensors future = raw;
   future.metadata["ampgrad.format_version"] = "3";
