@@ -79,25 +79,28 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> child) {
 
 namespace {
 
-// Calls visit(prefix, module) for `root` and its descendants, depth first. With `dedupe`, a module
-// reached again (tied, shared) is skipped with its subtree, as PyTorch's named_modules() does.
-void walk(Module& root, bool dedupe, const std::function<void(const std::string&, Module&)>& visit) {
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+// What walk() does with a module it reaches a second time (tied, shared).
+enum class Repeats : bool { kSkip, kVisit };
+
+// Calls visit(prefix, module) for `root` and its descendants, depth first. With Repeats::kSkip, a
+// module reached again is skipped with its subtree, as PyTorch's named_modules() does.
+void walk(Module& root, Repeats repeats, const std::function<void(const std::string&, Module&)>& visit) {
   std::vector<const Module*> seen;
   std::function<void(const std::string&, Module&)> go = [&](const std::string& prefix, Module& m) {
-    if (dedupe) {
+    if (repeats == Repeats::kSkip) {
       for (const Module* s : seen) {
         if (s->is_same(m)) return;
       }
       seen.push_back(&m);
     }
     visit(prefix, m);
-    for (const auto& [name, child] : m.named_children()) go(prefix.empty() ? name : prefix + "." + name, *child);
+    for (const auto& [name, child] : m.named_children()) go(join(prefix, name), *child);
   };
   go("", root);
-}
-
-std::string join(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : prefix + "." + name;
 }
 
 // Appends the defined tensors of `entries` under prefix, once each when `seen` is given.
@@ -116,7 +119,7 @@ void collect(const std::string& prefix, const std::deque<std::pair<std::string, 
 Named<Tensor> Module::named_parameters() const {
   Named<Tensor> out;
   std::unordered_set<const TensorImpl*> seen;
-  walk(const_cast<Module&>(*this), true,
+  walk(const_cast<Module&>(*this), Repeats::kSkip,
        [&](const std::string& prefix, Module& m) { collect(prefix, m.state_->parameters, &seen, out); });
   return out;
 }
@@ -130,7 +133,7 @@ std::vector<Tensor> Module::parameters() const {
 Named<Tensor> Module::named_buffers() const {
   Named<Tensor> out;
   std::unordered_set<const TensorImpl*> seen;
-  walk(const_cast<Module&>(*this), true,
+  walk(const_cast<Module&>(*this), Repeats::kSkip,
        [&](const std::string& prefix, Module& m) { collect(prefix, m.state_->buffers, &seen, out); });
   return out;
 }
@@ -143,7 +146,7 @@ std::vector<Tensor> Module::buffers() const {
 
 Named<Tensor> Module::state_dict() const {
   Named<Tensor> out;
-  walk(const_cast<Module&>(*this), false, [&](const std::string& prefix, Module& m) {
+  walk(const_cast<Module&>(*this), Repeats::kVisit, [&](const std::string& prefix, Module& m) {
     collect(prefix, m.state_->parameters, nullptr, out);
     collect(prefix, m.state_->buffers, nullptr, out);
   });
@@ -160,7 +163,7 @@ std::vector<std::shared_ptr<Module>> Module::children() const {
 
 Named<Module*> Module::named_modules() {
   Named<Module*> out;
-  walk(*this, true, [&](const std::string& prefix, Module& m) { out.emplace_back(prefix, &m); });
+  walk(*this, Repeats::kSkip, [&](const std::string& prefix, Module& m) { out.emplace_back(prefix, &m); });
   return out;
 }
 
