@@ -14,6 +14,7 @@
 #include "framework/parallel.h"
 #include "framework/random.h"
 #include "framework/tensor.h"
+#include "nn/linear.h"
 #include "nn/module.h"
 #include "ops/ops.h"
 #include "optim/adam.h"

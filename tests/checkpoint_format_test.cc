@@ -9,7 +9,22 @@
 #include <string>
 #include <vector>
 
-#include "ampgrad.h"
+#include "amp/grad_scaler.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/linear.h"
+#include "nn/module.h"
+#include "ops/ops.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/scheduler.h"
+#include "optim/sgd.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;

@@ -23,11 +23,15 @@
 #include "framework/parallel.h"
 #include "framework/random.h"
 #include "framework/tensor.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/linear.h"
 #include "nn/module.h"
 #include "nn/utils.h"
 #include "ops/ops.h"
 #include "optim/adam.h"
 #include "optim/optimizer.h"
+#include "optim/scheduler.h"
 #include "optim/sgd.h"
 
 namespace ag = ampgrad;

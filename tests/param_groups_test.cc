@@ -5,7 +5,16 @@
 
 #include <vector>
 
-#include "ampgrad.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/module.h"
+#include "optim/adam.h"
+#include "optim/optimizer.h"
+#include "optim/sgd.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;

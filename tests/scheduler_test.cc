@@ -9,7 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "ampgrad.h"
+#include "amp/grad_scaler.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/random.h"
+#include "framework/tensor.h"
+#include "ops/ops.h"
+#include "optim/optimizer.h"
+#include "optim/scheduler.h"
+#include "optim/sgd.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
