@@ -170,7 +170,8 @@ void load_checkpoint(const std::string& path, TrainingState& state) {
     saved_model.push_back({a.target, copy});
   }
   optim::Optimizer* opt = state.optimizer;
-  const std::vector<optim::ParamState> saved_optimizer = opt != nullptr ? opt->state() : std::vector<optim::ParamState>();
+  const std::vector<optim::ParamState> saved_optimizer =
+      opt != nullptr ? opt->state() : std::vector<optim::ParamState>();
   const std::vector<optim::GroupState> saved_groups =
       opt != nullptr ? opt->param_group_state() : std::vector<optim::GroupState>();
   const amp::GradScalerState saved_scaler = state.scaler != nullptr ? state.scaler->state() : amp::GradScalerState();

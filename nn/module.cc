@@ -195,7 +195,11 @@ std::vector<Tensor> unique_tensors(const Module& m) {
 }  // namespace
 
 Module& Module::to(DType dtype) {
-  for (Tensor& t : unique_tensors(*this)) t.set_data(t.detach().to(dtype));
+  AG_CHECK(is_floating(dtype), type_name(), "::to(", dtype_name(dtype), "): a module converts to a floating dtype ",
+           "only, as PyTorch's; hint: an int64 buffer keeps its dtype through to(float16)");
+  for (Tensor& t : unique_tensors(*this)) {
+    if (is_floating(t.dtype())) t.set_data(t.detach().to(dtype));  // int64 ids and counters stay as they are
+  }
   return *this;
 }
 

@@ -81,7 +81,9 @@ class Module {
   bool is_training() const;
 
   /// Converts every parameter and buffer once, in place: Tensor handles already given out stay
-  /// valid and tied parameters stay tied (gradients are cleared). Build optimizers afterwards.
+  /// valid and tied parameters stay tied (gradients are cleared). to(dtype) takes a floating
+  /// dtype and converts floating tensors only (int64 buffers keep theirs), as PyTorch's does.
+  /// Build optimizers afterwards.
   Module& to(DType dtype);
   Module& to(Device device);
 

@@ -14,7 +14,8 @@ void check_lr(double lr, const std::string& who) {
 
 void check_option_names(const OptionValues& values, const OptionValues& expected, const std::string& who) {
   for (const auto& [key, value] : expected) {
-    AG_CHECK(values.count(key), who, ": the saved options have no '", key, "'; hint: was the state saved by ", who, "?");
+    AG_CHECK(values.count(key), who, ": the saved options have no '", key, "'; hint: was the state saved by ", who,
+             "?");
   }
   for (const auto& [key, value] : values) {
     AG_CHECK(expected.count(key), who, ": unknown option '", key, "' in the saved options");

@@ -236,8 +236,18 @@ TEST(Module, ToConvertsATiedParameterOnceAndKeepsItTied) {
   EXPECT_TRUE(sd[2].second.is_same(weight));  // and stay tied
   EXPECT_EQ(weight.dtype(), DType::kFloat16);
   EXPECT_EQ(weight.to_vector(), Tensor::from_vector(before, {3, 3}).to(DType::kFloat16).to_vector());
-  EXPECT_EQ(t.calls.dtype(), DType::kFloat16);  // buffers are converted too
+  EXPECT_EQ(t.calls.dtype(), DType::kFloat16);  // floating buffers are converted too
   EXPECT_EQ(m(ag::randn({2, 3}, DType::kFloat16)).dtype(), DType::kFloat16);
+
+  // As PyTorch's: to(dtype) leaves int64 buffers (token ids, counters) alone and takes only a
+  // floating dtype.
+  nn::Linear lin(2, 2);
+  const Tensor ids = lin.register_buffer("ids", Tensor::from_vector(std::vector<int64_t>{3, 1, 4}, {3}));
+  lin.to(DType::kFloat16);
+  EXPECT_EQ(ids.dtype(), DType::kInt64);
+  EXPECT_EQ(lin.weight.dtype(), DType::kFloat16);
+  EXPECT_TRUE(throws_error([&] { lin.to(DType::kInt64); }, {"Linear::to(int64)", "floating"}));
+  EXPECT_EQ(lin.weight.dtype(), DType::kFloat16);
 }
 
 TEST(Module, RegistrationErrors) {
