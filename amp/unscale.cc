@@ -97,6 +97,8 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
     case DType::kFloat64:
       any_bad = unscale_values(grad.data<double>(), n, inv_scale, o);
       break;
+    case DType::kInt64:
+      AG_FAIL("unscale: a gradient cannot be ", grad.to_string(), " (integer tensors have no gradients)");
   }
   out.bump_version();
   return any_bad;

@@ -14,7 +14,7 @@ namespace {
 template <typename To, typename From>
 __global__ void convert_kernel(To* out, const From* in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = convert<To>(in[i]);
+    out[i] = dconvert<To>(in[i]);
   }
 }
 
@@ -107,7 +107,7 @@ void fill_raw(void* dst, DType dtype, int64_t n, double value) {
   visit_dtype(dtype, [&](auto t) {
     using T = DeviceType<decltype(t)>;
     // As the CPU: rounded once from double (an int64 truncated, NaN giving INT64_MIN).
-    const T v = convert<T>(value);
+    const T v = dconvert<T>(value);
     fill_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(dst), v, n);
     AG_CUDA_CHECK_LAUNCH();
   });

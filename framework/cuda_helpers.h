@@ -36,7 +36,7 @@ template <> __host__ __device__ __forceinline__ __half dstore<__half>(float v) {
 /// exact/RNE, double and int64 -> half rounded once (through double), float -> int64 truncated with
 /// NaN and out-of-range values giving INT64_MIN.
 template <typename To, typename From>
-__host__ __device__ __forceinline__ To convert(From x) {
+__host__ __device__ __forceinline__ To dconvert(From x) {
   if constexpr (std::is_same_v<To, From>) {
     return x;
   } else if constexpr (std::is_same_v<To, int64_t>) {

@@ -38,6 +38,12 @@ void manual_seed(uint64_t seed) {
 
 namespace random {
 
+uint64_t next_u64() {
+  Generator& g = generator();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  return g.engine();
+}
+
 double next_uniform() {
   Generator& g = generator();
   std::lock_guard lock(g.mutex);

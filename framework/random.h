@@ -16,6 +16,8 @@ namespace random {
 double next_uniform();
 /// Standard normal (Box-Muller over next_uniform).
 double next_normal();
+/// 64 random bits (seeds for counter-based generators such as dropout's).
+uint64_t next_u64();
 /// The generator's full state as text, and back (for checkpoints).
 std::string get_state();
 void set_state(const std::string& state);

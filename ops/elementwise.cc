@@ -1,6 +1,8 @@
-// Element-wise ops: add, sub, mul (NumPy broadcasting at any rank, dtype promotion), the scalar
-// forms (x * s, x + s), and relu. The gradient of a broadcast operand is summed back to its shape.
+// Element-wise ops: add, sub, mul, div (NumPy broadcasting at any rank, dtype promotion), the
+// scalar forms (x * s, x + s), relu, the unary ops of unary_math.h (gelu, tanh, sigmoid, exp, log)
+// and dropout. The gradient of a broadcast operand is summed back to its shape.
 #include "framework/dispatch.h"
+#include "framework/random.h"
 #include "ops/checks.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/reduce_kernels.h"
@@ -25,7 +27,20 @@ Tensor reduce_grad(const Tensor& dy, const Shape& shape, double alpha) {
 }
 
 constexpr const char* binary_name(kernels::BinaryOp op) {
-  return op == kernels::BinaryOp::kAdd ? "add" : op == kernels::BinaryOp::kSub ? "sub" : "mul";
+  switch (op) {
+    case kernels::BinaryOp::kAdd: return "add";
+    case kernels::BinaryOp::kSub: return "sub";
+    case kernels::BinaryOp::kMul: return "mul";
+    case kernels::BinaryOp::kDiv: return "div";
+  }
+  return "binary";
+}
+
+// a (op) b at the output's shape; b is broadcast.
+Tensor apply(kernels::BinaryOp op, const Tensor& a, const Tensor& b) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  kernels::binary(op, a, b, out);
+  return out;
 }
 
 template <kernels::BinaryOp op>
@@ -46,7 +61,7 @@ struct Binary {
   Tensor forward(SavedTensors& saved, const Tensor& a, const Tensor& b) {
     a_shape = a.shape();
     b_shape = b.shape();
-    if constexpr (op == kernels::BinaryOp::kMul) {
+    if constexpr (op == kernels::BinaryOp::kMul || op == kernels::BinaryOp::kDiv) {
       saved.save(a);
       saved.save(b);
     }
@@ -65,18 +80,78 @@ struct Binary {
         break;
       case kernels::BinaryOp::kMul:
         // d(a*b)/da = b: multiply at the output's shape, then sum back to the operand's shape.
-        if (saved.needs_grad(0)) da = reduce_grad(times(dy, saved[1]), a_shape, 1.0);
-        if (saved.needs_grad(1)) db = reduce_grad(times(dy, saved[0]), b_shape, 1.0);
+        if (saved.needs_grad(0)) da = reduce_grad(apply(kernels::BinaryOp::kMul, dy, saved[1]), a_shape, 1.0);
+        if (saved.needs_grad(1)) db = reduce_grad(apply(kernels::BinaryOp::kMul, dy, saved[0]), b_shape, 1.0);
         break;
+      case kernels::BinaryOp::kDiv: {
+        // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -(dy a / b) / b.
+        const Tensor dy_over_b = apply(kernels::BinaryOp::kDiv, dy, saved[1]);
+        if (saved.needs_grad(0)) da = reduce_grad(dy_over_b, a_shape, 1.0);
+        if (saved.needs_grad(1)) {
+          const Tensor t = apply(kernels::BinaryOp::kMul, dy_over_b, saved[0]);
+          db = reduce_grad(apply(kernels::BinaryOp::kDiv, t, saved[1]), b_shape, -1.0);
+        }
+        break;
+      }
     }
     return {da, db};
   }
+};
 
-  // dy * other, at dy's (the output's) shape; other is broadcast.
-  static Tensor times(const Tensor& dy, const Tensor& other) {
-    Tensor out = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
-    kernels::binary(kernels::BinaryOp::kMul, dy, other, out);
-    return out;
+// The unary ops of unary_math.h: each one's name and autocast policy (PyTorch's lists: exp and
+// log run in float32; the activations in their input's dtype, computed in float).
+constexpr OpInfo unary_info(kernels::UnaryOp op) {
+  switch (op) {
+    case kernels::UnaryOp::kGelu: return {"gelu", CastPolicy::kNone};
+    case kernels::UnaryOp::kGeluTanh: return {"gelu(tanh)", CastPolicy::kNone};
+    case kernels::UnaryOp::kTanh: return {"tanh", CastPolicy::kNone};
+    case kernels::UnaryOp::kSigmoid: return {"sigmoid", CastPolicy::kNone};
+    case kernels::UnaryOp::kExp: return {"exp", CastPolicy::kFloat32};
+    case kernels::UnaryOp::kLog: return {"log", CastPolicy::kFloat32};
+  }
+  return {"unary", CastPolicy::kNone};
+}
+
+// y = f(x); dx = f'(x) dy from x and y (the output is saved detached: no reference cycle).
+template <kernels::UnaryOp op>
+struct Unary {
+  static constexpr OpInfo kInfo = unary_info(op);
+
+  void check(const Tensor& x) const { AG_CHECK(x.defined(), kInfo.name, ": input is undefined"); }
+
+  Tensor forward(SavedTensors& saved, const Tensor& x) const {
+    Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+    kernels::unary(op, x, y);
+    saved.save(x);
+    saved.save(y.detach());
+    return y;
+  }
+
+  std::vector<Tensor> backward(const SavedTensors& saved, const Tensor& dy) const {
+    Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+    kernels::unary_backward(op, saved[0], saved[1], dy, dx);
+    return {dx};
+  }
+};
+
+// y = x * mask / (1 - p); the mask is regenerated from the seed for the backward.
+struct Dropout {
+  static constexpr OpInfo kInfo{"dropout", CastPolicy::kNone};
+  double p;
+  uint64_t seed;
+
+  void check(const Tensor& x) const { AG_CHECK(x.defined(), kInfo.name, ": input is undefined"); }
+
+  Tensor forward(SavedTensors&, const Tensor& x) const {
+    Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+    kernels::dropout(x, p, seed, y);
+    return y;
+  }
+
+  std::vector<Tensor> backward(const SavedTensors&, const Tensor& dy) const {
+    Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+    kernels::dropout(dy, p, seed, dx);
+    return {dx};
   }
 };
 
@@ -125,6 +200,24 @@ struct Relu {
 Tensor add(const Tensor& a, const Tensor& b) { return dispatch(Binary<kernels::BinaryOp::kAdd>{}, a, b); }
 Tensor sub(const Tensor& a, const Tensor& b) { return dispatch(Binary<kernels::BinaryOp::kSub>{}, a, b); }
 Tensor mul(const Tensor& a, const Tensor& b) { return dispatch(Binary<kernels::BinaryOp::kMul>{}, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return dispatch(Binary<kernels::BinaryOp::kDiv>{}, a, b); }
+
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  if (approximate == GeluApproximation::kTanh) return dispatch(Unary<kernels::UnaryOp::kGeluTanh>{}, x);
+  return dispatch(Unary<kernels::UnaryOp::kGelu>{}, x);
+}
+Tensor tanh(const Tensor& x) { return dispatch(Unary<kernels::UnaryOp::kTanh>{}, x); }
+Tensor sigmoid(const Tensor& x) { return dispatch(Unary<kernels::UnaryOp::kSigmoid>{}, x); }
+Tensor exp(const Tensor& x) { return dispatch(Unary<kernels::UnaryOp::kExp>{}, x); }
+Tensor log(const Tensor& x) { return dispatch(Unary<kernels::UnaryOp::kLog>{}, x); }
+
+Tensor dropout(const Tensor& x, double p, bool training) {
+  AG_CHECK(x.defined(), "dropout: input is undefined");
+  AG_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got ", p, " (for ", x.to_string(), ")");
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return scale(x, 0.0);  // everything dropped, as PyTorch (the gradient is 0 too)
+  return dispatch(Dropout{.p = p, .seed = random::next_u64()}, x);
+}
 Tensor relu(const Tensor& x) { return dispatch(Relu{}, x); }
 Tensor scale(const Tensor& x, double alpha) { return dispatch(Affine{.alpha = alpha, .beta = 0.0}, x); }
 Tensor cast(const Tensor& x, DType dtype) { return x.to(dtype); }

@@ -1,12 +1,15 @@
-// Element-wise CPU kernels: add/sub/mul and affine maps with NumPy broadcasting, relu.
+// Element-wise CPU kernels: add/sub/mul/div and affine maps with NumPy broadcasting, the unary ops
+// of unary_math.h, dropout, relu.
 // Storage T, compute type float (double for float64): store(op(load(a), load(b))). Float16 rows
 // are converted a block at a time (F16C), so every loop runs on floats and vectorises.
 #include <algorithm>
 #include <type_traits>
 
 #include "framework/parallel.h"
+#include "ops/dropout_mask.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/strided.h"
+#include "ops/unary_math.h"
 
 namespace ampgrad::kernels::cpu {
 
@@ -92,7 +95,82 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
       case BinaryOp::kAdd: run([](auto x, auto y) { return x + y; }); break;
       case BinaryOp::kSub: run([](auto x, auto y) { return x - y; }); break;
       case BinaryOp::kMul: run([](auto x, auto y) { return x * y; }); break;
+      case BinaryOp::kDiv: run([](auto x, auto y) { return x / y; }); break;
     }
+  });
+}
+
+namespace {
+
+// out = f(in...) over contiguous rows of n elements: float16 is widened and narrowed a block at a
+// time so the formula always runs over compute-type arrays (and vectorises where it can).
+template <typename T, typename F>
+void map_rows(int64_t n, F&& f) {
+  parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t start = lo; start < hi; start += kBlock) f(start, std::min(kBlock, hi - start));
+  });
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& x, Tensor& y) {
+  visit_unary(op, [&](auto formula) {
+    using F = decltype(formula);
+    visit_floating_dtype(y.dtype(), [&](auto t) {
+      using T = decltype(t);
+      using C = ComputeType<T>;
+      const T* in = x.data<T>();
+      T* out = y.data<T>();
+      map_rows<T>(y.numel(), [&](int64_t start, int64_t n) {
+        C wx[kBlock], wy[kBlock];
+        const C* vx = row_values(in + start, 1, n, wx);
+        C* vy = std::is_same_v<T, C> ? reinterpret_cast<C*>(out + start) : wy;
+        for (int64_t j = 0; j < n; ++j) vy[j] = F::template forward<C>(vx[j]);
+        store_row(vy, n, out + start);
+      });
+    });
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  visit_unary(op, [&](auto formula) {
+    using F = decltype(formula);
+    visit_floating_dtype(dx.dtype(), [&](auto t) {
+      using T = decltype(t);
+      using C = ComputeType<T>;
+      const T *px = x.data<T>(), *py = y.data<T>(), *pdy = dy.data<T>();
+      T* out = dx.data<T>();
+      map_rows<T>(dx.numel(), [&](int64_t start, int64_t n) {
+        C wx[kBlock], wy[kBlock], wdy[kBlock], wdx[kBlock];
+        const C* vx = row_values(px + start, 1, n, wx);
+        const C* vy = row_values(py + start, 1, n, wy);
+        const C* vdy = row_values(pdy + start, 1, n, wdy);
+        C* vdx = std::is_same_v<T, C> ? reinterpret_cast<C*>(out + start) : wdx;
+        for (int64_t j = 0; j < n; ++j) vdx[j] = F::template backward<C>(vx[j], vy[j], vdy[j]);
+        store_row(vdx, n, out + start);
+      });
+    });
+  });
+}
+
+void dropout(const Tensor& x, double p, uint64_t seed, Tensor& y) {
+  visit_floating_dtype(y.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using C = ComputeType<T>;
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    const float threshold = static_cast<float>(p);
+    const C scale = static_cast<C>(1.0 / (1.0 - p));
+    map_rows<T>(y.numel(), [&](int64_t start, int64_t n) {
+      C wx[kBlock], wy[kBlock];
+      const C* vx = row_values(in + start, 1, n, wx);
+      C* vy = std::is_same_v<T, C> ? reinterpret_cast<C*>(out + start) : wy;
+      for (int64_t j = 0; j < n; ++j) {
+        const bool keep = dropout_uniform(seed, static_cast<uint64_t>(start + j)) >= threshold;
+        vy[j] = keep ? vx[j] * scale : C(0);
+      }
+      store_row(vy, n, out + start);
+    });
   });
 }
 

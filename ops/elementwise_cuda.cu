@@ -3,8 +3,10 @@
 // take a vectorised path: 16-byte loads/stores (8 halves, 4 floats, 2 doubles) per thread.
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
+#include "ops/dropout_mask.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/strided.h"
+#include "ops/unary_math.h"
 
 namespace ampgrad::kernels::cuda {
 
@@ -20,6 +22,9 @@ struct SubOp {
 };
 struct MulOp {
   template <typename C> __device__ C operator()(C x, C y) const { return x * y; }
+};
+struct DivOp {
+  template <typename C> __device__ C operator()(C x, C y) const { return x / y; }
 };
 
 /// 16 bytes of T, loaded and stored as one vector access.
@@ -112,7 +117,72 @@ __global__ void relu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
   }
 }
 
+// x, y are (n): y = F::forward(x) in the compute type.
+template <typename T, typename F>
+__global__ void unary_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = dstore<T>(F::template forward<Compute<T>>(dload(x[i])));
+  }
+}
+
+// x, y, dy, dx are (n): dx = F::backward(x, y, dy).
+template <typename T, typename F>
+__global__ void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    dx[i] = dstore<T>(F::template backward<Compute<T>>(dload(x[i]), dload(y[i]), dload(dy[i])));
+  }
+}
+
+// x, y are (n): y = x * keep / (1 - p), keep from the counter-based hash of (seed, i).
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, float threshold, Compute<T> scale, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const bool keep = dropout_uniform(seed, static_cast<uint64_t>(i)) >= threshold;
+    y[i] = keep ? dstore<T>(dload(x[i]) * scale) : dstore<T>(Compute<T>(0));
+  }
+}
+
 }  // namespace
+
+void unary(UnaryOp op, const Tensor& x, Tensor& y) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  visit_unary(op, [&](auto formula) {
+    using F = decltype(formula);
+    visit_floating_dtype(y.dtype(), [&](auto t) {
+      using T = DeviceType<decltype(t)>;
+      unary_kernel<T, F><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), n);
+      AG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const int64_t n = dx.numel();
+  if (n == 0) return;
+  visit_unary(op, [&](auto formula) {
+    using F = decltype(formula);
+    visit_floating_dtype(dx.dtype(), [&](auto t) {
+      using T = DeviceType<decltype(t)>;
+      unary_backward_kernel<T, F><<<blocks_for(n), kThreads>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(y.data_ptr()), static_cast<const T*>(dy.data_ptr()),
+          static_cast<T*>(dx.data_ptr()), n);
+      AG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void dropout(const Tensor& x, double p, uint64_t seed, Tensor& y) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  visit_floating_dtype(y.dtype(), [&](auto t) {
+    using T = DeviceType<decltype(t)>;
+    dropout_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()),
+                                                   n, static_cast<float>(p), static_cast<Compute<T>>(1.0 / (1.0 - p)),
+                                                   seed);
+    AG_CUDA_CHECK_LAUNCH();
+  });
+}
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
   visit_floating_dtype(out.dtype(), [&](auto t) {
@@ -121,6 +191,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
       case BinaryOp::kAdd: launch_binary<T>(a, b, out, AddOp{}); break;
       case BinaryOp::kSub: launch_binary<T>(a, b, out, SubOp{}); break;
       case BinaryOp::kMul: launch_binary<T>(a, b, out, MulOp{}); break;
+      case BinaryOp::kDiv: launch_binary<T>(a, b, out, DivOp{}); break;
     }
   });
 }

@@ -8,7 +8,7 @@
 
 namespace ampgrad::kernels {
 
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul };
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
 
 // out = a (op) b with NumPy broadcasting: out has the broadcast shape of a and b (any ranks), and
 // each operand is read as if stretched to it (no expanded copy is made).
@@ -36,6 +36,30 @@ namespace cpu { void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx
 namespace cuda { void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx); }
 inline void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   AG_ON_BACKEND(dx.device(), relu_backward, x, dy, dx);
+}
+
+// The unary ops whose formulas are in unary_math.h (one place for both backends).
+enum class UnaryOp : uint8_t { kGelu, kGeluTanh, kTanh, kSigmoid, kExp, kLog };
+
+// y = f(x), same shape.
+namespace cpu { void unary(UnaryOp op, const Tensor& x, Tensor& y); }
+namespace cuda { void unary(UnaryOp op, const Tensor& x, Tensor& y); }
+inline void unary(UnaryOp op, const Tensor& x, Tensor& y) { AG_ON_BACKEND(y.device(), unary, op, x, y); }
+
+// dx = dy * f'(x), from x, the forward's output y = f(x) and dy (same shapes).
+namespace cpu { void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx); }
+namespace cuda { void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx); }
+inline void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  AG_ON_BACKEND(dx.device(), unary_backward, op, x, y, dy, dx);
+}
+
+// y = x * keep_i / (1 - p), keep_i = (uniform(seed, i) >= p): the same mask for the same seed on
+// every backend (a counter-based hash of (seed, i), see dropout_mask.h), so the backward applies
+// it to dy with the same call. p in [0, 1); callers handle p = 1 (all zero).
+namespace cpu { void dropout(const Tensor& x, double p, uint64_t seed, Tensor& y); }
+namespace cuda { void dropout(const Tensor& x, double p, uint64_t seed, Tensor& y); }
+inline void dropout(const Tensor& x, double p, uint64_t seed, Tensor& y) {
+  AG_ON_BACKEND(y.device(), dropout, x, p, seed, y);
 }
 
 }  // namespace ampgrad::kernels

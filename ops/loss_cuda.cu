@@ -27,7 +27,7 @@ template <typename T>
 struct MeanFinish {
   int64_t n;
   __device__ T operator()(double total) const {
-    return ::ampgrad::cuda::convert<T>(n == 0 ? std::numeric_limits<double>::quiet_NaN() : total / static_cast<double>(n));
+    return dconvert<T>(n == 0 ? std::numeric_limits<double>::quiet_NaN() : total / static_cast<double>(n));
   }
 };
 

@@ -22,8 +22,23 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
 /// max(x, 0); a NaN stays NaN (as in PyTorch), so it still reaches the loss.
 Tensor relu(const Tensor& x);
+
+/// GELU: exact x/2 (1 + erf(x / sqrt 2)), or the tanh approximation of GPT-2 and llm.c.
+enum class GeluApproximation : uint8_t { kNone, kTanh };
+/// Activations, element-wise in the input's dtype (computed in float; autocast: none).
+Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::kNone);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);  // 1 / (1 + e^-x)
+/// e^x and the natural log, element-wise. Autocast: float32.
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+/// Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training;
+/// x itself otherwise. The mask comes from the global generator (manual_seed makes it
+/// reproducible) and is the same on every device. p must be in [0, 1].
+Tensor dropout(const Tensor& x, double p, bool training = true);
 
 /// Sum / mean of all elements, as a 0-dim tensor. Accumulates in double whatever the size, rounds
 /// once; autocast: float32.
@@ -61,6 +76,45 @@ Tensor expand(const Tensor& x, const Shape& shape);
 
 /// mean((pred - target)^2) over all elements, 0-dim; shapes must be equal. Autocast: float32.
 Tensor mse_loss(const Tensor& pred, const Tensor& target);
+
+/// softmax / log_softmax along dim, computed with the maximum subtracted (large inputs stay
+/// finite). Autocast: float32.
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+/// softmax over the last dimension of x [..., Tq, Tk] where element (i, j) with j > i + Tk - Tq is
+/// masked out (probability 0): attention that may not look ahead. Autocast: float32.
+Tensor causal_softmax(const Tensor& x);
+
+/// How a loss over samples is reduced: the mean (over the samples that count), the sum, or none.
+enum class Reduction : uint8_t { kMean, kSum, kNone };
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;   // samples with this target count for nothing
+  double label_smoothing = 0.0;  // the target distribution is (1 - eps) one-hot + eps / C
+  Reduction reduction = Reduction::kMean;
+};
+/// -log softmax(logits)[target], fused and numerically stable: logits [N, C], target int64 [N] in
+/// [0, C) (or ignore_index); a target out of range is an Error. Mean: over the samples that are not
+/// ignored (NaN if all are). kNone gives [N]. Autocast: float32.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
+
+struct NllLossOptions {
+  int64_t ignore_index = -100;
+  Reduction reduction = Reduction::kMean;
+};
+/// -log_probs[target] for log-probabilities [N, C] (e.g. from log_softmax). Autocast: float32.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options = {});
+
+/// (x - mean) / sqrt(var + eps) * weight + bias over the last dimension (biased variance, as
+/// PyTorch); weight and bias [C] may be undefined. Autocast: float32.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+/// Rows of weight [V, C] picked by int64 ids [...] -> [..., C]; an id outside [0, V) is an Error.
+/// Autocast: none (the weight's dtype).
+Tensor embedding(const Tensor& ids, const Tensor& weight);
+/// softmax(q k^T / sqrt(D)) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (batch dimensions
+/// broadcast), causally masked when is_causal. Composed from matmul (lower precision under
+/// autocast) and softmax (float32), as PyTorch's math path.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false);
 
 /// alpha * x, computed in the compute type (float, double for float64) and rounded once to x's
 /// dtype (what x * 2.0f calls).

@@ -93,7 +93,7 @@ __global__ void finish_kernel(const double* partials, int64_t chunks, int64_t n,
   for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < n; o += int64_t{gridDim.x} * blockDim.x) {
     double total = 0.0;
     for (int64_t c = 0; c < chunks; ++c) total += partials[c * n + o];
-    out[o] = ::ampgrad::cuda::convert<T>(alpha * total);
+    out[o] = dconvert<T>(alpha * total);
   }
 }
 

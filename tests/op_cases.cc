@@ -94,6 +94,7 @@ std::vector<OpCase> op_cases() {
                    [](Refs v) { return Values{mse_ref(v[0], v[1])}; },
                    {.k = 576, .magnitude = 4}});
   append_tensor_cases(cases);
+  append_model_cases(cases);
   return cases;
 }
 

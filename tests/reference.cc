@@ -2,6 +2,7 @@
 #include "reference.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace ampgrad::test {
@@ -139,6 +140,60 @@ Values max_dim_ref(const Values& x, const Shape& shape, int64_t dim) {
     index[static_cast<size_t>(dim)] = 0;
     double& best = out[static_cast<size_t>(ravel(index, kept))];
     best = std::max(best, x[i]);
+  }
+  return out;
+}
+
+Values softmax_ref(const Values& x, int64_t cols, bool log, int64_t causal_tq) {
+  Values out(x.size());
+  for (size_t r = 0; r * static_cast<size_t>(cols) < x.size(); ++r) {
+    const double* row = x.data() + r * static_cast<size_t>(cols);
+    const int64_t valid = causal_tq > 0 ? std::min<int64_t>(cols, static_cast<int64_t>(r) % causal_tq + 1 + cols - causal_tq)
+                                        : cols;
+    double max = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t j = 0; j < valid; ++j) max = std::max(max, row[j]);
+    for (int64_t j = 0; j < valid; ++j) sum += std::exp(row[j] - max);
+    for (int64_t j = 0; j < cols; ++j) {
+      double& o = out[r * static_cast<size_t>(cols) + static_cast<size_t>(j)];
+      if (j >= valid) {
+        o = 0.0;
+      } else {
+        o = log ? row[j] - max - std::log(sum) : std::exp(row[j] - max) / sum;
+      }
+    }
+  }
+  return out;
+}
+
+Values cross_entropy_ref(const Values& scores, int64_t classes, const std::vector<int64_t>& target, int64_t ignore,
+                         double eps, bool log_probs) {
+  const Values log_p = log_probs ? scores : softmax_ref(scores, classes, true);
+  Values out(target.size(), 0.0);
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i] == ignore) continue;
+    const double* row = log_p.data() + i * static_cast<size_t>(classes);
+    double mean = 0;
+    for (int64_t c = 0; c < classes; ++c) mean += row[c];
+    mean /= static_cast<double>(classes);
+    out[i] = -(1 - eps) * row[target[i]] - eps * mean;
+  }
+  return out;
+}
+
+Values layer_norm_ref(const Values& x, int64_t cols, const Values& w, const Values& b, double eps) {
+  Values out(x.size());
+  for (size_t r = 0; r * static_cast<size_t>(cols) < x.size(); ++r) {
+    const double* row = x.data() + r * static_cast<size_t>(cols);
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < cols; ++j) mean += row[j];
+    mean /= static_cast<double>(cols);
+    for (int64_t j = 0; j < cols; ++j) var += (row[j] - mean) * (row[j] - mean);
+    var /= static_cast<double>(cols);
+    for (int64_t j = 0; j < cols; ++j) {
+      const double xhat = (row[j] - mean) / std::sqrt(var + eps);
+      out[r * static_cast<size_t>(cols) + static_cast<size_t>(j)] =
+          xhat * (w.empty() ? 1.0 : w[static_cast<size_t>(j)]) + (b.empty() ? 0.0 : b[static_cast<size_t>(j)]);
+    }
   }
   return out;
 }

@@ -32,6 +32,15 @@ Values cat_ref(const std::vector<Values>& xs, const std::vector<Shape>& shapes, 
 Values sum_dims_ref(const Values& x, const Shape& shape, const std::vector<int64_t>& dims);
 /// The maxima along dim (first maximum), flat in the order of the other dimensions.
 Values max_dim_ref(const Values& x, const Shape& shape, int64_t dim);
+/// softmax (or log_softmax) of each row of `cols` values; causal rows of a [.., tq, cols] matrix
+/// see only columns j <= i + cols - tq (the rest give 0).
+Values softmax_ref(const Values& x, int64_t cols, bool log = false, int64_t causal_tq = 0);
+/// Per-sample cross-entropy of logits [n, classes] (or log-probabilities) against int targets,
+/// with label smoothing eps; ignored samples give 0.
+Values cross_entropy_ref(const Values& scores, int64_t classes, const std::vector<int64_t>& target, int64_t ignore,
+                         double eps, bool log_probs = false);
+/// layer norm of each row of `cols` values, with weight and bias (empty: 1 and 0).
+Values layer_norm_ref(const Values& x, int64_t cols, const Values& w, const Values& b, double eps);
 /// Batched a @ b: a [..., m, k] and b [..., k, n] with broadcast batch dimensions.
 Values batched_matmul_ref(const Values& a, const Shape& a_shape, const Values& b, const Shape& b_shape);
 

@@ -1,0 +1,74 @@
+// Softmax-family kernels: softmax / log_softmax along a dimension (optionally causal), and the
+// fused cross-entropy / negative-log-likelihood loss. Computed in float (double for float64) with
+// the row maximum subtracted first, so large logits (1e4) stay finite; results rounded once.
+// Callers have checked shapes, dtypes and devices; outputs are preallocated and overwritten.
+#pragma once
+
+#include "framework/device.h"
+#include "framework/tensor.h"
+
+namespace ampgrad::kernels {
+
+enum class SoftmaxKind : bool { kSoftmax, kLogSoftmax };
+/// Causal masking of the last two dimensions [..., Tq, Tk] (softmax only): element (i, j) is left
+/// out (probability 0) when j > i + Tk - Tq, as in attention that may not look ahead.
+enum class Causal : bool { kNo, kYes };
+
+// y = softmax(x) or log_softmax(x) along `dim` (non-negative; the last one when causal).
+namespace cpu { void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y); }
+namespace cuda { void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y); }
+inline void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y) {
+  AG_ON_BACKEND(y.device(), softmax, x, dim, kind, causal, y);
+}
+
+// From the forward's output y and dy along `dim`: softmax dx = y (dy - sum(dy y)); log_softmax
+// dx = dy - exp(y) sum(dy). (Causally masked elements have y = 0 and get dx = 0.)
+namespace cpu { void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKind kind, Tensor& dx); }
+namespace cuda { void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKind kind, Tensor& dx); }
+inline void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKind kind, Tensor& dx) {
+  AG_ON_BACKEND(dx.device(), softmax_backward, y, dy, dim, kind, dx);
+}
+
+/// What the rows of a cross-entropy input hold: logits (cross_entropy) or log-probabilities (nll_loss).
+enum class ClassScores : bool { kLogits, kLogProbs };
+
+/// A cross-entropy problem: input [N, C], target int64 [N] in [0, C) or ignore_index.
+struct CrossEntropyArgs {
+  ClassScores scores = ClassScores::kLogits;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;  // eps: the target distribution is (1 - eps) one-hot + eps / C
+};
+
+// Per sample i: losses[i] = -sum_c q_c log p_c (log p = log_softmax(input) for logits, input itself
+// for log-probabilities), and valid[i] = 1; for an ignored sample both are 0. A target outside
+// [0, C) that is not ignore_index throws an Error naming the sample and the value (on CUDA after
+// one wait for the GPU).
+namespace cpu {
+void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
+                   Tensor& valid);
+}
+namespace cuda {
+void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
+                   Tensor& valid);
+}
+inline void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
+                          Tensor& valid) {
+  AG_ON_BACKEND(input.device(), cross_entropy, input, target, args, losses, valid);
+}
+
+// dinput[i, c] = dlosses[i] (p_c - q_c) for logits, -dlosses[i] q_c for log-probabilities; 0 for
+// an ignored sample. dlosses is [N].
+namespace cpu {
+void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
+                            const Tensor& dlosses, Tensor& dinput);
+}
+namespace cuda {
+void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
+                            const Tensor& dlosses, Tensor& dinput);
+}
+inline void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
+                                   const Tensor& dlosses, Tensor& dinput) {
+  AG_ON_BACKEND(dinput.device(), cross_entropy_backward, input, target, args, dlosses, dinput);
+}
+
+}  // namespace ampgrad::kernels
