@@ -1,0 +1,90 @@
+// Trains a character-level GPT on a text (by default every text of Debian's fortunes package),
+// printing train and validation loss as it goes and a sample at the end. --amp trains with FP16
+// autocast and a GradScaler. --save writes a checkpoint (it loads in PyTorch); --resume continues one.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "examples/char_gpt_train.h"
+
+namespace ag = ampgrad;
+
+namespace {
+
+void usage(const char* program) {
+  std::fprintf(stderr,
+               "usage: %s [--data=PATH] [--amp] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
+               "          [--embd=N] [--lr=X] [--seed=N] [--eval-every=N] [--save=FILE] [--resume=FILE]\n"
+               "          [--sample=N]\n",
+               program);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string data = "/usr/share/games/fortunes";
+  char_gpt::TrainOptions options;
+  int64_t sample_length = 200;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    try {
+      if (key == "--data") data = value;
+      else if (key == "--amp") options.precision = char_gpt::Precision::kFloat16Amp;
+      else if (key == "--steps") options.steps = std::stoll(value);
+      else if (key == "--batch") options.batch_size = std::stoll(value);
+      else if (key == "--block") options.model.block_size = std::stoll(value);
+      else if (key == "--layers") options.model.n_layer = std::stoll(value);
+      else if (key == "--heads") options.model.n_head = std::stoll(value);
+      else if (key == "--embd") options.model.n_embd = std::stoll(value);
+      else if (key == "--lr") options.lr = std::stod(value);
+      else if (key == "--seed") options.seed = std::stoull(value);
+      else if (key == "--eval-every") options.eval_every = std::stoll(value);
+      else if (key == "--save") options.save_path = value;
+      else if (key == "--resume") options.resume_path = value;
+      else if (key == "--sample") sample_length = std::stoll(value);
+      else {
+        usage(argv[0]);
+        return 2;
+      }
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "char_gpt: %s needs a number\n", key.c_str());
+      return 2;
+    }
+  }
+  try {
+    const char_gpt::Corpus corpus = char_gpt::load_corpus(data, options.model.block_size);
+    options.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
+    ag::manual_seed(options.seed);
+    gpt::GPT model(options.model);
+    const bool amp = options.precision == char_gpt::Precision::kFloat16Amp;
+    std::printf("char_gpt: %zu characters of text, vocabulary %zu, %s, %lld steps of %lld x %lld tokens\n",
+                corpus.train.size() + corpus.val.size(), corpus.vocab.size(), amp ? "FP16 AMP" : "FP32",
+                static_cast<long long>(options.steps), static_cast<long long>(options.batch_size),
+                static_cast<long long>(options.model.block_size));
+    ag::utils::ProgressLine progress(options.steps, std::cout, {.every_steps = options.eval_every});
+    const char_gpt::TrainResult result =
+        char_gpt::train(corpus, options, model, [&](int64_t step, double loss, double scale, double val) {
+          ag::utils::ProgressFields fields{{"loss", loss}};
+          if (amp) fields.emplace_back("scale", scale);
+          if (!std::isnan(val)) fields.emplace_back("val", val);
+          progress.update(step, fields);
+        });
+    progress.finish();
+    std::printf("model: %lld parameters\n", static_cast<long long>(result.parameters));
+    std::printf("validation loss %.4f after %lld steps (unigram model: %.4f)", result.val_loss.back().second,
+                static_cast<long long>(result.val_loss.back().first), result.unigram_loss);
+    if (amp) std::printf(", %lld steps skipped, final scale %.0f", static_cast<long long>(result.skipped), result.scale.back());
+    std::printf("\n");
+    if (!options.save_path.empty()) std::printf("checkpoint: %s\n", options.save_path.c_str());
+    if (sample_length > 0) {
+      std::printf("sample:\n%s\n", char_gpt::sample(model, corpus, "\n", sample_length, options.seed).c_str());
+    }
+  } catch (const ag::Error& e) {
+    std::fprintf(stderr, "char_gpt: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,220 @@
+// The character-level GPT training loop (see char_gpt_train.h).
+#include "examples/char_gpt_train.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace char_gpt {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  AG_CHECK(in.good(), "char_gpt: cannot read ", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// splitmix64: batches come from (seed, step, row), so a resumed run draws the same batches.
+uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// x and y [B, T]: windows of the ids starting at offsets drawn for `key`; y is x shifted by one.
+std::pair<ag::Tensor, ag::Tensor> batch(const std::vector<int64_t>& ids, int64_t batch_size, int64_t t, uint64_t key) {
+  std::vector<int64_t> x(static_cast<size_t>(batch_size * t)), y(x.size());
+  const uint64_t windows = ids.size() - static_cast<uint64_t>(t) - 1;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    const int64_t start = static_cast<int64_t>(mix(key * 1000003ull + static_cast<uint64_t>(b)) % windows);
+    for (int64_t i = 0; i < t; ++i) {
+      x[static_cast<size_t>(b * t + i)] = ids[static_cast<size_t>(start + i)];
+      y[static_cast<size_t>(b * t + i)] = ids[static_cast<size_t>(start + i + 1)];
+    }
+  }
+  return {ag::Tensor::from_vector(x, {batch_size, t}), ag::Tensor::from_vector(y, {batch_size * t})};
+}
+
+// The mean cross-entropy of the model on (x, y), logits flattened to [B T, V].
+ag::Tensor loss_of(gpt::GPT& model, const ag::Tensor& x, const ag::Tensor& y, Precision precision) {
+  ag::amp::AutocastGuard autocast(ag::Device::kCPU, ag::DType::kFloat16, precision == Precision::kFloat16Amp);
+  const ag::Tensor logits = model(x);
+  return ag::ops::cross_entropy(ag::ops::reshape(logits, {-1, logits.size(-1)}), y);
+}
+
+double validation_loss(gpt::GPT& model, const Corpus& corpus, const TrainOptions& o) {
+  ag::NoGradGuard no_grad;
+  model.eval();
+  double total = 0;
+  for (int64_t i = 0; i < o.eval_batches; ++i) {
+    const auto [x, y] = batch(corpus.val, o.batch_size, o.model.block_size, ~static_cast<uint64_t>(i));
+    total += loss_of(model, x, y, o.precision).item<double>();
+  }
+  model.train();
+  return total / static_cast<double>(o.eval_batches);
+}
+
+// The cross-entropy of the validation text under the training text's character frequencies.
+double unigram_loss(const Corpus& corpus) {
+  std::vector<double> count(corpus.vocab.size(), 1.0);  // add-one smoothing
+  for (int64_t id : corpus.train) count[static_cast<size_t>(id)] += 1;
+  double total = 0;
+  for (double c : count) total += c;
+  double loss = 0;
+  for (int64_t id : corpus.val) loss -= std::log(count[static_cast<size_t>(id)] / total);
+  return loss / static_cast<double>(corpus.val.size());
+}
+
+}  // namespace
+
+Corpus load_corpus(const std::string& path, int64_t block_size) {
+  const char* hint = "; hint: ./bazelw installs Debian's fortunes package (texts in /usr/share/games/fortunes), or "
+                     "pass --data FILE with any text";
+  AG_CHECK(fs::exists(path), "char_gpt: ", path, " does not exist", hint);
+  std::string text;
+  if (fs::is_directory(path)) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(path)) {
+      const std::string ext = entry.path().extension().string();
+      if (entry.is_regular_file() && ext != ".dat" && ext != ".u8") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) text += read_file(f);
+  } else {
+    text = read_file(path);
+  }
+  AG_CHECK(static_cast<int64_t>(text.size()) > 20 * (block_size + 1), "char_gpt: ", path, " holds ", text.size(),
+           " characters, too few for a context of ", block_size, hint);
+  std::array<bool, 256> used{};
+  for (unsigned char c : text) used[c] = true;
+  Corpus corpus;
+  std::array<int64_t, 256> id{};
+  for (int c = 0; c < 256; ++c) {
+    if (!used[static_cast<size_t>(c)]) continue;
+    id[static_cast<size_t>(c)] = static_cast<int64_t>(corpus.vocab.size());
+    corpus.vocab.push_back(static_cast<char>(c));
+  }
+  const size_t split = text.size() * 9 / 10;
+  for (size_t i = 0; i < text.size(); ++i) {
+    (i < split ? corpus.train : corpus.val).push_back(id[static_cast<unsigned char>(text[i])]);
+  }
+  return corpus;
+}
+
+TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, const StepCallback& on_step) {
+  TrainResult result;
+  result.parameters = 0;
+  for (const ag::Tensor& p : model.parameters()) result.parameters += p.numel();
+  result.unigram_loss = unigram_loss(corpus);
+
+  const auto [decay, no_decay] = model.decay_groups();
+  ag::optim::AdamW opt({{.params = decay}, {.params = no_decay, .options = ag::optim::AdamWOptions{
+                                                                  .lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                                                  .weight_decay = 0.0}}},
+                       {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.weight_decay});
+  // Warmup at most a tenth of a short run.
+  const int64_t warmup = std::min(o.warmup_steps, o.steps / 10);
+  ag::optim::CosineWithWarmupLR schedule(opt, {.warmup_steps = warmup, .total_steps = o.steps, .min_lr_factor = 0.1});
+  const bool amp = o.precision == Precision::kFloat16Amp;
+  ag::amp::GradScaler scaler({.enabled = amp});
+
+  int64_t step = 0;
+  if (!o.resume_path.empty()) {
+    ag::checkpoint::TrainingState state{.model = &model, .optimizer = &opt, .scaler = &scaler, .scheduler = &schedule};
+    ag::checkpoint::load_checkpoint(o.resume_path, state);
+    step = std::stoll(state.user_metadata.at("step"));
+  }
+  result.first_step = step;
+  const int64_t end = o.stop_after >= 0 ? std::min(o.steps, step + o.stop_after) : o.steps;
+  const std::vector<ag::Tensor> params = model.parameters();
+  model.train();
+  for (; step < end; ++step) {
+    const auto [x, y] = batch(corpus.train, o.batch_size, o.model.block_size, o.seed * 7919 + static_cast<uint64_t>(step));
+    opt.zero_grad();
+    const ag::Tensor loss = loss_of(model, x, y, o.precision);
+    scaler.scale(loss).backward();
+    scaler.unscale_(opt);  // clip the true gradients (a pass-through in FP32)
+    ag::nn::utils::clip_grad_norm_(params, o.grad_clip);
+    if (scaler.step(opt)) {
+      schedule.step();
+    } else {
+      ++result.skipped;
+    }
+    scaler.update();
+    const double value = loss.item<double>();
+    result.train_loss.push_back(value);
+    result.scale.push_back(scaler.get_scale());
+    double val = std::numeric_limits<double>::quiet_NaN();
+    if ((step + 1) % o.eval_every == 0 || step + 1 == end) {
+      val = validation_loss(model, corpus, o);
+      result.val_loss.emplace_back(step + 1, val);
+    }
+    if (on_step) on_step(step + 1, value, scaler.get_scale(), val);
+  }
+  if (!o.save_path.empty()) {
+    // The model's shape and vocabulary travel with it, for examples/char_gpt_load.py.
+    std::string vocab_hex;
+    for (unsigned char c : corpus.vocab) {
+      const char* digits = "0123456789abcdef";
+      vocab_hex += digits[c >> 4];
+      vocab_hex += digits[c & 15];
+    }
+    const gpt::Config& c = model.config;
+    ag::checkpoint::save_checkpoint(o.save_path, {.model = &model,
+                                                  .optimizer = &opt,
+                                                  .scaler = &scaler,
+                                                  .user_metadata = {{"step", std::to_string(step)},
+                                                                    {"gpt.vocab_size", std::to_string(c.vocab_size)},
+                                                                    {"gpt.block_size", std::to_string(c.block_size)},
+                                                                    {"gpt.n_layer", std::to_string(c.n_layer)},
+                                                                    {"gpt.n_head", std::to_string(c.n_head)},
+                                                                    {"gpt.n_embd", std::to_string(c.n_embd)},
+                                                                    {"gpt.vocab_hex", vocab_hex}},
+                                                  .scheduler = &schedule});
+  }
+  return result;
+}
+
+std::string sample(gpt::GPT& model, const Corpus& corpus, const std::string& prompt, int64_t length, uint64_t seed) {
+  ag::NoGradGuard no_grad;
+  model.eval();
+  std::vector<int64_t> context;
+  for (char c : prompt) {
+    const size_t at = corpus.vocab.find(c);
+    if (at != std::string::npos) context.push_back(static_cast<int64_t>(at));
+  }
+  if (context.empty()) context.push_back(0);
+  std::string out;
+  for (int64_t i = 0; i < length; ++i) {
+    const int64_t t = std::min<int64_t>(static_cast<int64_t>(context.size()), model.config.block_size);
+    const std::vector<int64_t> window(context.end() - t, context.end());
+    const ag::Tensor logits = model(ag::Tensor::from_vector(window, {1, t}));
+    const std::vector<float> p = ag::ops::softmax(ag::ops::narrow(ag::ops::reshape(logits, {t, -1}), 0, t - 1, 1), -1).to_vector();
+    const double u = static_cast<double>(mix(seed + static_cast<uint64_t>(i)) >> 11) * 0x1p-53;
+    double acc = 0;
+    size_t next = p.size() - 1;
+    for (size_t c = 0; c < p.size(); ++c) {
+      acc += p[c];
+      if (u < acc) {
+        next = c;
+        break;
+      }
+    }
+    context.push_back(static_cast<int64_t>(next));
+    out.push_back(corpus.vocab[next]);
+  }
+  model.train();
+  return out;
+}
+
+}  // namespace char_gpt

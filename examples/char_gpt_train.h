@@ -1,0 +1,67 @@
+// Character-level GPT training: a text corpus as int64 ids, batches drawn reproducibly from
+// (seed, step), AdamW with parameter groups, cosine schedule with warmup, gradient clipping, FP32
+// or FP16 autocast with a GradScaler, evaluation, checkpoints that resume bit-exactly, sampling.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "examples/gpt.h"
+
+namespace char_gpt {
+
+namespace ag = ampgrad;
+
+/// A text as character ids: the vocabulary is the sorted set of bytes it uses.
+struct Corpus {
+  std::string vocab;                // id -> byte
+  std::vector<int64_t> train, val;  // the first 90% and the last 10% of the text
+};
+
+/// Reads a text file, or every regular file of a folder (sorted by name, skipping fortune's .dat
+/// indexes), into a Corpus. Throws an ampgrad::Error that says how to get the default data when a
+/// path is missing or the text is too short.
+Corpus load_corpus(const std::string& path, int64_t block_size);
+
+enum class Precision { kFloat32, kFloat16Amp };
+
+struct TrainOptions {
+  gpt::Config model;
+  int64_t batch_size = 16;
+  int64_t steps = 2000;
+  double lr = 1e-3;
+  double weight_decay = 0.1;
+  int64_t warmup_steps = 100;
+  double grad_clip = 1.0;
+  Precision precision = Precision::kFloat32;
+  int64_t eval_every = 100;   // steps between validation losses (and at the last step)
+  int64_t eval_batches = 8;   // fixed validation batches
+  uint64_t seed = 1337;       // the model's initialisation and the batches
+  std::string save_path;      // a checkpoint written at the end (empty: none)
+  std::string resume_path;    // a checkpoint to continue from (empty: start afresh)
+  int64_t stop_after = -1;    // stop (and save) after this many steps of the schedule; -1: run it all
+};
+
+struct TrainResult {
+  std::vector<double> train_loss;                     // per step taken in this run
+  std::vector<std::pair<int64_t, double>> val_loss;   // (step, loss)
+  std::vector<double> scale;                          // the loss scale after each step (1 in FP32)
+  int64_t skipped = 0;                                // steps the scaler skipped
+  int64_t first_step = 0;                             // the step this run started at (after a resume)
+  int64_t parameters = 0;
+  double unigram_loss = 0;                            // the validation loss of the unigram model
+};
+
+/// Called after each step with (step, loss, scale, val_loss or NaN).
+using StepCallback = std::function<void(int64_t step, double loss, double scale, double val_loss)>;
+
+/// Builds the model (seeded) and trains it; with resume_path set, continues from that checkpoint
+/// (the model, optimizer, scaler, schedule and step), bit for bit as an uninterrupted run.
+TrainResult train(const Corpus& corpus, const TrainOptions& options, gpt::GPT& model, const StepCallback& on_step = {});
+
+/// `length` characters sampled from the model after `prompt` (temperature 1; seeded).
+std::string sample(gpt::GPT& model, const Corpus& corpus, const std::string& prompt, int64_t length, uint64_t seed);
+
+}  // namespace char_gpt

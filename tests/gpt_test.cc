@@ -1,0 +1,174 @@
+// The small GPT of examples/gpt.h against PyTorch (tests/data/gpt_reference.safetensors, written by
+// tests/data/make_gpt_reference.py): logits, loss and every gradient in float64, float32 and FP16
+// autocast. Then short training runs in FP32 and AMP whose loss must fall, and a resume from a
+// checkpoint that continues bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "examples/char_gpt_train.h"
+#include "examples/gpt.h"
+#include "test_util.h"
+
+namespace ag = ampgrad;
+using ag::DType;
+using ag::Tensor;
+
+namespace {
+
+gpt::Config reference_config() {
+  return {.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16, .dropout = 0.0};
+}
+
+std::map<std::string, Tensor> load_reference() {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, t] : ag::checkpoint::load_safetensors("tests/data/gpt_reference.safetensors").tensors) out[name] = t;
+  return out;
+}
+
+struct ModelRun {
+  Tensor logits, loss;
+  std::map<std::string, Tensor> grads;
+};
+
+// The reference model in `dtype`, run on the reference batch (under FP16 autocast when asked).
+ModelRun run(DType dtype, bool autocast) {
+  const std::map<std::string, Tensor> ref = load_reference();
+  gpt::GPT model(reference_config());
+  for (auto& [name, p] : model.named_parameters()) {
+    EXPECT_TRUE(ref.count(name)) << name;
+    p.set_data(ref.at(name).to(dtype));
+  }
+  ModelRun r;
+  {
+    ag::amp::AutocastGuard guard(ag::Device::kCPU, DType::kFloat16, autocast);
+    r.logits = model(ref.at("input.ids"));
+    r.loss = ag::ops::cross_entropy(ag::ops::reshape(r.logits, {-1, 11}), ref.at("input.targets"));
+  }
+  r.loss.backward();
+  for (auto& [name, p] : model.named_parameters()) r.grads[name] = p.grad();
+  return r;
+}
+
+// |a - b| <= atol + rtol |b| everywhere, with atol relative to the reference's largest magnitude.
+::testing::AssertionResult close(const Tensor& actual, const Tensor& expected, double rtol, const std::string& what) {
+  const std::vector<double> a = actual.to_double_vector(), e = expected.to_double_vector();
+  if (a.size() != e.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  double scale = 0;
+  for (double v : e) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(std::abs(a[i] - e[i]) <= rtol * (scale + std::abs(e[i])))) {
+      return ::testing::AssertionFailure() << what << "[" << i << "]: " << a[i] << " vs PyTorch " << e[i]
+                                           << " (largest |value| " << scale << ", rtol " << rtol << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void expect_matches(const ModelRun& r, double rtol) {
+  const std::map<std::string, Tensor> ref = load_reference();
+  EXPECT_TRUE(close(r.logits, ag::ops::reshape(ref.at("output.logits"), r.logits.shape()), rtol, "logits"));
+  EXPECT_TRUE(close(ag::ops::reshape(r.loss, {1}), ref.at("output.loss"), rtol, "loss"));
+  EXPECT_EQ(r.grads.size(), 28u);  // wte, wpe, 12 per block, ln_f weight and bias (the head is tied to wte)
+  for (const auto& [name, g] : r.grads) {
+    ASSERT_TRUE(g.defined()) << name;
+    EXPECT_TRUE(close(g, ref.at("grad." + name), rtol, "grad " + name));
+  }
+}
+
+TEST(GptReference, Float64MatchesPyTorch) { expect_matches(run(DType::kFloat64, false), 1e-10); }
+
+TEST(GptReference, Float32MatchesPyTorch) { expect_matches(run(DType::kFloat32, false), 2e-5); }
+
+TEST(GptReference, Fp16AutocastMatchesPyTorch) {
+  const ModelRun r = run(DType::kFloat32, true);
+  EXPECT_EQ(r.logits.dtype(), DType::kFloat16);
+  EXPECT_EQ(r.loss.dtype(), DType::kFloat32);
+  expect_matches(r, 2e-2);
+}
+
+TEST(GptReference, CheckpointNamesAreNanoGpts) {
+  gpt::GPT model(reference_config());
+  std::vector<std::string> names;
+  for (const auto& [name, t] : model.state_dict()) names.push_back(name);
+  const std::map<std::string, Tensor> ref = load_reference();
+  size_t from_pytorch = 0;
+  for (const auto& [name, t] : ref) from_pytorch += name.find('.') != std::string::npos && name.rfind("input.", 0) &&
+                                                    name.rfind("output.", 0) && name.rfind("grad.", 0);
+  EXPECT_EQ(names.size(), from_pytorch);  // every state_dict key, the tied lm_head.weight included
+  for (const std::string& name : names) EXPECT_TRUE(ref.count(name)) << name << " is not in PyTorch's state_dict";
+}
+
+// A text of a few repeated sentences: enough for the loss to fall within tens of steps.
+char_gpt::Corpus tiny_corpus() {
+  const std::string path = ::testing::TempDir() + "/tiny.txt";
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. pack my box with five dozen jugs.\n";
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  return char_gpt::load_corpus(path, 16);
+}
+
+char_gpt::TrainOptions tiny_options(char_gpt::Precision precision) {
+  char_gpt::TrainOptions o;
+  o.model = {.vocab_size = 0, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32, .dropout = 0.0};
+  o.batch_size = 8;
+  o.steps = 60;
+  o.lr = 3e-3;
+  o.warmup_steps = 5;
+  o.eval_every = 60;
+  o.eval_batches = 2;
+  o.precision = precision;
+  return o;
+}
+
+TEST(GptTraining, LossFallsInFp32AndAmp) {
+  const char_gpt::Corpus corpus = tiny_corpus();
+  for (auto precision : {char_gpt::Precision::kFloat32, char_gpt::Precision::kFloat16Amp}) {
+    char_gpt::TrainOptions o = tiny_options(precision);
+    o.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
+    ag::manual_seed(o.seed);
+    gpt::GPT model(o.model);
+    const char_gpt::TrainResult r = char_gpt::train(corpus, o, model);
+    ASSERT_EQ(r.train_loss.size(), 60u);
+    const double first = r.train_loss.front(), last = r.train_loss.back();
+    EXPECT_LT(last, 0.6 * first) << "precision " << static_cast<int>(precision);
+    EXPECT_LT(r.val_loss.back().second, r.unigram_loss) << "no better than unigram";
+  }
+}
+
+TEST(GptTraining, ResumeIsBitExact) {
+  const char_gpt::Corpus corpus = tiny_corpus();
+  for (auto precision : {char_gpt::Precision::kFloat32, char_gpt::Precision::kFloat16Amp}) {
+    char_gpt::TrainOptions o = tiny_options(precision);
+    o.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
+    o.steps = 12;
+    o.eval_every = 100;
+    ag::manual_seed(o.seed);
+    gpt::GPT straight(o.model);
+    const char_gpt::TrainResult all = char_gpt::train(corpus, o, straight);
+
+    const std::string path = ::testing::TempDir() + "/gpt_resume.safetensors";
+    ag::manual_seed(o.seed);
+    gpt::GPT first(o.model);
+    char_gpt::TrainOptions half = o;
+    half.stop_after = 5;
+    half.save_path = path;
+    char_gpt::train(corpus, half, first);
+    gpt::GPT resumed(o.model);  // fresh weights: the checkpoint must bring everything back
+    char_gpt::TrainOptions rest = o;
+    rest.resume_path = path;
+    const char_gpt::TrainResult tail = char_gpt::train(corpus, rest, resumed);
+    EXPECT_EQ(tail.first_step, 5);
+    EXPECT_EQ(tail.train_loss, std::vector<double>(all.train_loss.begin() + 5, all.train_loss.end()));
+    const auto a = straight.named_parameters(), b = resumed.named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(ag::test::bytes_of(a[i].second), ag::test::bytes_of(b[i].second)) << a[i].first;
+  }
+}
+
+}  // namespace
