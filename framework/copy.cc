@@ -82,7 +82,22 @@ void accumulate_(Tensor& dst, const Tensor& src) {
       using T = decltype(t);
       T* d = dst.data<T>();
       const T* s = src.data<T>();
-      for (int64_t i = 0; i < dst.numel(); ++i) d[i] = store<T>(load(d[i]) + load(s[i]));
+      // Gradient sums of whole weights: on the pool, float16 widened a block at a time.
+      parallel_range(dst.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+        if constexpr (std::is_same_v<T, Half>) {
+          constexpr int64_t kBlock = 512;
+          float a[kBlock], b[kBlock];
+          for (int64_t start = lo; start < hi; start += kBlock) {
+            const int64_t n = std::min(kBlock, hi - start);
+            half_to_float(d + start, a, static_cast<size_t>(n));
+            half_to_float(s + start, b, static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+            float_to_half(a, d + start, static_cast<size_t>(n));
+          }
+        } else {
+          for (int64_t i = lo; i < hi; ++i) d[i] += s[i];
+        }
+      });
     });
   } else {
     require_backend(dst.device(), "accumulate_");

@@ -1,7 +1,7 @@
 // Scalar math for the kernels, written once for both backends. float on the CPU uses branch-free
-// polynomial approximations (Cephes's minimax coefficients) that the compiler vectorises, within
-// 2 ulp of the exact result; CUDA uses its own expf/logf/tanhf/erff; double always uses the
-// standard functions (float64 is the reference dtype).
+// polynomial approximations (Cephes's minimax coefficients) that the compiler vectorises (with
+// -fno-trapping-math, which ops/BUILD sets), within 2 ulp of the exact result; CUDA uses its own
+// expf/logf/tanhf/erff; double always uses the standard functions (float64 is the reference dtype).
 #pragma once
 
 #include <cmath>
@@ -30,8 +30,11 @@ inline uint32_t float_to_bits(float f) {
 // e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-6 polynomial, 2^n applied as two
 // exact powers of two so that results down to the subnormal range stay right.
 inline float exp_poly(float x) {
-  const float clamped = std::fmin(std::fmax(x, -104.0f), 88.8f);
-  const float n = std::nearbyint(clamped * 1.44269504088896341f);
+  float clamped = x < -104.0f ? -104.0f : x;  // selects, not fmin/fmax: they vectorise
+  clamped = clamped > 88.8f ? 88.8f : clamped;
+  // Round to the nearest integer by adding and subtracting 1.5 * 2^23 (exact for |v| < 2^22).
+  const float shifter = 12582912.0f;
+  const float n = (clamped * 1.44269504088896341f + shifter) - shifter;
   float r = clamped - n * 0.693359375f;  // ln2 in two parts: the first exact with n's bits
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
