@@ -18,7 +18,10 @@ namespace {
 double ulps(float actual, double exact) {
   if (std::isnan(exact)) return std::isnan(actual) ? 0 : 1e9;
   if (std::isinf(exact)) return actual == exact ? 0 : 1e9;
-  const double spacing = std::max(std::ldexp(1.0, std::ilogb(static_cast<float>(exact)) - 23), std::ldexp(1.0, -149));
+  // ilogb(0) is INT_MIN, so zero (and anything below the normals) takes the subnormal spacing.
+  const float rounded = static_cast<float>(exact);
+  const int exponent = std::fpclassify(rounded) == FP_NORMAL ? std::ilogb(rounded) : -126;
+  const double spacing = std::ldexp(1.0, exponent - 23);
   return std::abs(static_cast<double>(actual) - exact) / spacing;
 }
 
