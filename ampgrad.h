@@ -6,6 +6,8 @@
 #include "amp/grad_scaler.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
+#include "data/idx.h"
+#include "data/mnist.h"
 #include "framework/allocator.h"
 #include "framework/autograd.h"
 #include "framework/device.h"

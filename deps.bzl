@@ -12,6 +12,7 @@ _SYSTEM_LIBRARIES = {
     "gtest": "/usr",  # libgtest-dev (ampgrad's tests only)
     "benchmark": "/usr",  # libbenchmark-dev (ampgrad's benchmarks only)
     "nlohmann_json": "/usr/include",  # nlohmann-json3-dev
+    "zlib": "/usr",  # zlib1g-dev (data/: gzip-compressed data sets)
 }
 
 def _shim_repository_impl(rctx):
