@@ -1,0 +1,134 @@
+// The Fashion-MNIST classifier (see fashion.h).
+#include "examples/fashion.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace ampgrad::fashion {
+
+Dataset load_dataset(const std::string& dir, data::MnistSplit split, int64_t max_samples) {
+  data::MnistData raw;
+  try {
+    raw = data::load_mnist(dir, split, {.max_samples = max_samples});
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "\n" + kDataHint);
+  }
+  const int64_t n = raw.labels.numel();
+  const Tensor flat = ops::reshape(raw.images, {n, -1});
+  AG_CHECK(flat.size(1) == 784, "fashion::load_dataset: images of ", raw.images.to_string(),
+           " in ", dir, ", expected 28 x 28 pixels\n", kDataHint);
+  return {.images = ops::scale(flat - kPixelMean, 1.0 / kPixelStd), .labels = raw.labels};
+}
+
+std::string describe(const MlpConfig& config) {
+  std::string out = std::to_string(config.in_features);
+  for (const int64_t h : config.hidden) out += "-" + std::to_string(h);
+  return out + "-" + std::to_string(config.classes);
+}
+
+nn::Sequential make_mlp(const MlpConfig& config) {
+  AG_CHECK(config.in_features > 0 && config.classes > 0, "fashion::make_mlp: in_features ", config.in_features,
+           " and classes ", config.classes, " must be positive");
+  nn::Sequential model;
+  int64_t width = config.in_features;
+  for (const int64_t h : config.hidden) {
+    model.push_back(nn::Linear(width, h));
+    model.push_back(nn::ReLU());
+    width = h;
+  }
+  model.push_back(nn::Linear(width, config.classes));
+  return model;
+}
+
+Classifier::Classifier(nn::Sequential m, const TrainOptions& opts)
+    : model(std::move(m)),
+      optimizer(model.parameters(), {.lr = opts.lr}),
+      scaler({.enabled = opts.precision == Precision::kAmp}),
+      // No warmup: Adam's bias correction already keeps the first steps small.
+      schedule(optimizer, {.warmup_steps = 0, .total_steps = opts.total_steps, .min_lr_factor = opts.min_lr_factor}),
+      options(opts) {}
+
+float Classifier::train_step(const Tensor& x, const Tensor& y) {
+  optimizer.zero_grad();
+  Tensor loss;
+  {
+    amp::AutocastGuard autocast(Device::kCPU, DType::kFloat16, scaler.is_enabled());
+    loss = ops::cross_entropy(model(x), y);  // logits FP16 under autocast; cross_entropy runs in FP32
+  }
+  scaler.scale(loss).backward();
+  // The schedule counts the steps taken, so a step skipped on overflow does not shorten it.
+  if (scaler.step(optimizer)) schedule.step();
+  scaler.update();
+  return loss.item();
+}
+
+Evaluation evaluate(nn::Module& model, const Dataset& data, Precision precision, int64_t batch_size) {
+  AG_CHECK(batch_size > 0 && data.size() > 0, "fashion::evaluate: batch_size ", batch_size, " and the data set's ",
+           data.size(), " samples must be positive");
+  const bool was_training = model.is_training();
+  model.eval();
+  NoGradGuard no_grad;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < data.size(); start += batch_size) {
+    const int64_t n = std::min(batch_size, data.size() - start);
+    const Tensor x = ops::narrow(data.images, 0, start, n), y = ops::narrow(data.labels, 0, start, n);
+    Tensor logits;
+    {
+      amp::AutocastGuard autocast(Device::kCPU, DType::kFloat16, precision == Precision::kAmp);
+      logits = model(x);
+      loss_sum += ops::cross_entropy(logits, y, {.reduction = ops::Reduction::kSum}).item<double>();
+    }
+    const std::vector<int64_t> predicted = ops::argmax(logits, 1).to_vector<int64_t>();
+    const std::vector<int64_t> labels = y.to_vector<int64_t>();
+    for (int64_t i = 0; i < n; ++i) correct += predicted[i] == labels[i];
+  }
+  if (was_training) model.train();
+  return {.loss = loss_sum / static_cast<double>(data.size()),
+          .accuracy = static_cast<double>(correct) / static_cast<double>(data.size())};
+}
+
+std::vector<Tensor> shuffled_batches(int64_t size, int64_t batch_size) {
+  AG_CHECK(size >= 0 && batch_size > 0, "fashion::shuffled_batches: size ", size, " must be >= 0 and batch_size ",
+           batch_size, " positive");
+  std::vector<int64_t> order(static_cast<size_t>(size));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  for (int64_t i = size - 1; i > 0; --i) {  // Fisher-Yates from the global generator
+    std::swap(order[i], order[random::next_u64() % static_cast<uint64_t>(i + 1)]);
+  }
+  std::vector<Tensor> batches;
+  for (int64_t start = 0; start < size; start += batch_size) {
+    const int64_t n = std::min(batch_size, size - start);
+    batches.push_back(Tensor::from_vector(std::vector<int64_t>(order.begin() + start, order.begin() + start + n), {n}));
+  }
+  return batches;
+}
+
+Dataset gather(const Dataset& data, const Tensor& indices) {
+  const std::vector<int64_t> rows = indices.to_vector<int64_t>();
+  const int64_t* all_labels = data.labels.data<int64_t>();
+  std::vector<int64_t> labels(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    AG_CHECK(rows[i] >= 0 && rows[i] < data.size(), "fashion::gather: index ", rows[i], " outside [0, ", data.size(), ")");
+    labels[i] = all_labels[rows[i]];
+  }
+  // embedding(ids, table) picks rows of a 2-D table: index_select along dimension 0.
+  return {.images = ops::embedding(indices, data.images),
+          .labels = Tensor::from_vector(labels, {static_cast<int64_t>(labels.size())})};
+}
+
+double train_epoch(Classifier& classifier, const Dataset& data, const std::function<void(int64_t, float)>& on_step) {
+  classifier.model.train();
+  double loss_sum = 0;
+  int64_t steps = 0;
+  for (const Tensor& indices : shuffled_batches(data.size(), classifier.options.batch_size)) {
+    const Dataset batch = gather(data, indices);
+    const float loss = classifier.train_step(batch.images, batch.labels);
+    loss_sum += loss;
+    ++steps;
+    if (on_step) on_step(steps, loss);
+  }
+  return steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0;
+}
+
+}  // namespace ampgrad::fashion

@@ -1,0 +1,98 @@
+// The Fashion-MNIST classifier of examples/fashion_mnist: the data (data::load_mnist, flattened and
+// normalised), the MLP, and its training and evaluation, shared with the tests and benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ampgrad.h"
+
+namespace ampgrad::fashion {
+
+/// Where Debian's dataset-fashion-mnist package installs the four .gz files.
+inline constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
+/// What a data error adds: how to get the files.
+inline constexpr const char* kDataHint =
+    "hint: install Fashion-MNIST with `apt-get install dataset-fashion-mnist` (./bazelw installs it), or pass "
+    "--data DIR for a folder holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]";
+/// The training images' mean and standard deviation (of pixel / 255), the usual normalisation.
+inline constexpr float kPixelMean = 0.2860f;
+inline constexpr float kPixelStd = 0.3530f;
+
+struct Dataset {
+  Tensor images;  // float32 [N, 784]: (pixel / 255 - kPixelMean) / kPixelStd
+  Tensor labels;  // int64 [N], classes 0..9
+  int64_t size() const { return labels.numel(); }
+};
+
+/// A split from `dir` (its first max_samples images when >= 0). Errors from the files (missing,
+/// truncated, corrupt, inconsistent) are rethrown with kDataHint appended.
+Dataset load_dataset(const std::string& dir, data::MnistSplit split, int64_t max_samples = -1);
+
+/// The MLP's sizes. The defaults are the example's model: 784-512-256-10.
+struct MlpConfig {
+  int64_t in_features = 784;
+  std::vector<int64_t> hidden = {512, 256};
+  int64_t classes = 10;
+};
+
+/// "784-512-256-10".
+std::string describe(const MlpConfig& config);
+
+/// Sequential{Linear(in, h0), ReLU, Linear(h0, h1), ReLU, ..., Linear(h_last, classes)}: its
+/// state_dict names (0.weight, 0.bias, 2.weight, ...) are those of the same torch.nn.Sequential.
+nn::Sequential make_mlp(const MlpConfig& config = {});
+
+enum class Precision : uint8_t { kFp32, kAmp };  // kAmp: FP16 autocast + GradScaler
+
+struct TrainOptions {
+  Precision precision = Precision::kFp32;
+  int64_t batch_size = 128;
+  double lr = 1e-3;           // Adam's peak lr; a cosine schedule takes it to min_lr_factor * lr
+  double min_lr_factor = 0.0;
+  int64_t total_steps = 0;    // the schedule's length (> 0)
+};
+
+/// The model with its Adam optimizer, cosine lr schedule and GradScaler (enabled for kAmp).
+class Classifier {
+ public:
+  Classifier(nn::Sequential model, const TrainOptions& options);
+  Classifier(const Classifier&) = delete;
+  Classifier& operator=(const Classifier&) = delete;
+
+  /// One optimizer step on x [B, 784], y int64 [B]: forward (under FP16 autocast for kAmp),
+  /// cross_entropy, scaled backward, step (skipped on inf/NaN gradients), scale update, schedule.
+  /// Returns the loss (FP32).
+  float train_step(const Tensor& x, const Tensor& y);
+
+  nn::Sequential model;
+  optim::Adam optimizer;
+  amp::GradScaler scaler;
+  optim::CosineWithWarmupLR schedule;
+  const TrainOptions options;
+};
+
+struct Evaluation {
+  double loss = 0;      // mean cross-entropy
+  double accuracy = 0;  // fraction of argmax(logits) == label
+};
+
+/// The model on every sample of `data`, in eval mode and without grad (under FP16 autocast for
+/// kAmp, as it was trained); restores the training mode.
+Evaluation evaluate(nn::Module& model, const Dataset& data, Precision precision, int64_t batch_size = 1000);
+
+/// The samples of `data` in a random order (the global generator: manual_seed makes it
+/// reproducible), as int64 index tensors of batch_size (the last one may be shorter).
+std::vector<Tensor> shuffled_batches(int64_t size, int64_t batch_size);
+
+/// data's rows at `indices` (int64 [B]): images [B, 784] and labels [B].
+Dataset gather(const Dataset& data, const Tensor& indices);
+
+/// One epoch of train_step over `data` in a random order; calls on_step(steps done in this epoch,
+/// loss) after each step. Returns the mean training loss.
+double train_epoch(Classifier& classifier, const Dataset& data,
+                   const std::function<void(int64_t, float)>& on_step = nullptr);
+
+}  // namespace ampgrad::fashion

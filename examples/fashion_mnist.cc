@@ -1,0 +1,133 @@
+// Trains an MLP classifier on Fashion-MNIST in FP32 or, with --amp, with FP16 autocast and a
+// GradScaler; prints the loss and test accuracy after each epoch (progress and times on stderr).
+//   ./bazelw run //examples:fashion_mnist -- [--amp] [--data DIR] [--epochs N] [--train-samples N]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "examples/fashion.h"
+
+namespace ag = ampgrad;
+namespace fm = ampgrad::fashion;
+
+namespace {
+
+struct Args {
+  bool amp = false;
+  std::string data = fm::kDefaultDataDir;
+  int64_t epochs = 5;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  int64_t train_samples = -1;  // all
+  uint64_t seed = 0;
+};
+
+constexpr const char* kUsage =
+    "usage: fashion_mnist [--amp] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
+    "[--seed N]\n"
+    "  --amp             FP16 autocast + GradScaler (default: FP32)\n"
+    "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
+    "                    (default /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist)\n"
+    "  --train-samples N train on the first N training images only\n";
+
+// Parses "--name VALUE" and "--name=VALUE"; false on anything it does not know.
+bool parse_args(int argc, char** argv, Args& args) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg == "--amp") {
+      args.amp = true;
+      continue;
+    }
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return false;
+    }
+    char* end = nullptr;
+    if (arg == "--data") {
+      args.data = value;
+      continue;
+    }
+    if (arg == "--lr") {
+      args.lr = std::strtod(value.c_str(), &end);
+    } else {
+      const long long n = std::strtoll(value.c_str(), &end, 10);
+      if (arg == "--epochs") args.epochs = n;
+      else if (arg == "--batch-size") args.batch_size = n;
+      else if (arg == "--train-samples") args.train_samples = n;
+      else if (arg == "--seed" && n >= 0) args.seed = static_cast<uint64_t>(n);
+      else return false;
+    }
+    if (value.empty() || *end != '\0') return false;
+  }
+  return args.epochs > 0 && args.batch_size > 0 && args.lr > 0;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (!parse_args(argc, argv, args)) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    ag::manual_seed(args.seed);
+    const fm::Dataset train = fm::load_dataset(args.data, ag::data::MnistSplit::kTrain, args.train_samples);
+    const fm::Dataset test = fm::load_dataset(args.data, ag::data::MnistSplit::kTest);
+    const int64_t steps_per_epoch = (train.size() + args.batch_size - 1) / args.batch_size;
+    const fm::Precision precision = args.amp ? fm::Precision::kAmp : fm::Precision::kFp32;
+    const fm::MlpConfig mlp;
+    fm::Classifier classifier(fm::make_mlp(mlp), {.precision = precision,
+                                               .batch_size = args.batch_size,
+                                               .lr = args.lr,
+                                               .total_steps = steps_per_epoch * args.epochs});
+    int64_t parameters = 0;
+    for (const ag::Tensor& p : classifier.model.parameters()) parameters += p.numel();
+    std::printf("Fashion-MNIST, MLP %s (%lld parameters), %s\n", fm::describe(mlp).c_str(),
+                static_cast<long long>(parameters),
+                args.amp ? "AMP (FP16 autocast + GradScaler)" : "FP32");
+    std::printf("Adam lr %g with a cosine decay, batch %lld, %lld epochs; %lld training and %lld test images\n",
+                args.lr, static_cast<long long>(args.batch_size), static_cast<long long>(args.epochs),
+                static_cast<long long>(train.size()), static_cast<long long>(test.size()));
+    std::fflush(stdout);
+
+    ag::utils::ProgressLine progress(steps_per_epoch * args.epochs, std::cerr);
+    fm::Evaluation result;
+    for (int64_t epoch = 1; epoch <= args.epochs; ++epoch) {
+      const auto epoch_start = std::chrono::steady_clock::now();
+      const double train_loss = fm::train_epoch(classifier, train, [&](int64_t step, float loss) {
+        ag::utils::ProgressFields fields = {{"epoch", static_cast<double>(epoch)}, {"loss", loss}};
+        if (args.amp) fields.emplace_back("scale", classifier.scaler.get_scale());
+        progress.update((epoch - 1) * steps_per_epoch + step, fields);
+      });
+      result = fm::evaluate(classifier.model, test, precision);
+      std::fprintf(stderr, "epoch %lld took %.1f s\n", static_cast<long long>(epoch), seconds_since(epoch_start));
+      std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f  test accuracy %.2f%%", static_cast<long long>(epoch),
+                  static_cast<long long>(args.epochs), train_loss, result.loss, 100 * result.accuracy);
+      if (args.amp) {
+        std::printf("  scale %g  skipped steps %lld", classifier.scaler.get_scale(),
+                    static_cast<long long>(epoch * steps_per_epoch - classifier.optimizer.steps_taken()));
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+    std::printf("final test accuracy %.2f%% (%s, %lld epochs)\n", 100 * result.accuracy, args.amp ? "AMP" : "FP32",
+                static_cast<long long>(args.epochs));
+  } catch (const ag::Error& e) {
+    std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "wall time %.1f s\n", seconds_since(start));
+  return 0;
+}
