@@ -26,6 +26,8 @@ pairs=(
   "mlp SGD FP32|mlp_sgd_fp32|mlp_sgd_fp32"
   "mlp Adam FP32|mlp_adam_fp32|mlp_adam_fp32"
   "mlp Adam AMP (PyTorch: autocast bf16)|mlp_adam_amp|mlp_adam_bf16"
+  "fashion MLP FP32|fashion_fp32|fashion_fp32"
+  "fashion MLP AMP (PyTorch: fp16 + GradScaler)|fashion_amp|fashion_fp16"
 )
 results=$(mktemp)
 for ((round = 1; round <= rounds; ++round)); do
@@ -60,6 +62,7 @@ PY
 # the machine's drift cancels (prints: us FP32, us AMP, median ratio, min, max).
 "$timer" ratio seed_fp32 seed_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads"
 "$timer" ratio mlp_adam_fp32 mlp_adam_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads"
+"$timer" ratio fashion_fp32 fashion_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads"
 
 # GEMM speed (linear forward, 1024^3, median of 5 chunks) and memory, ampgrad alone.
 for w in gemm1024_fp32 gemm1024_fp16; do echo "$("$timer" "$w" --seconds="$seconds" --threads="$threads") GFLOP/s ($threads threads)"; done
@@ -67,3 +70,4 @@ for w in gemm1024_fp32 gemm1024_fp16; do echo "$("$timer" "$w" --seconds="$secon
 "$timer" memory_seed
 "$timer" memory_mlp_fp32
 "$timer" memory_mlp_fp16params
+"$timer" memory_fashion_amp

@@ -1,8 +1,9 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
 //   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T]
-// WORKLOAD: seed_fp32 seed_amp mlp_{sgd,adam}_{fp32,amp} gemm1024_{fp32,fp16} (prints GFLOP/s),
+// WORKLOAD: seed_fp32 seed_amp mlp_{sgd,adam}_{fp32,amp} fashion_{fp32,amp} gemm1024_{fp32,fp16} (prints GFLOP/s),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
-//   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps).
+//   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps),
+//   memory_fashion_{fp32,amp} (live bytes and peak RSS after 1e2 and 1e4 fashion steps).
 // Prints "WORKLOAD <median us per step over 5 chunks>" (or the figures named above).
 //   step_timer ratio WORKLOAD_A WORKLOAD_B [--seconds=S] [--threads=T]
 // alternates short chunks of A and B in one process (this machine's speed drifts by 2x over
@@ -57,6 +58,9 @@ double median_seconds_per_call(const std::function<void()>& fn, double seconds) 
 std::unique_ptr<ag::bench::Workload> make_workload(const std::string& name) {
   const Precision precision = name.ends_with("_amp") ? Precision::kAmp : Precision::kFp32;
   if (name.rfind("seed_", 0) == 0) return std::make_unique<ag::bench::Workload>(ag::bench::seed_workload(precision));
+  if (name.rfind("fashion_", 0) == 0) {
+    return std::make_unique<ag::bench::Workload>(ag::bench::fashion_workload(precision));
+  }
   if (name.rfind("mlp_", 0) == 0) {
     const Optim optim = name.rfind("mlp_adam", 0) == 0 ? Optim::kAdam : Optim::kSgd;
     return std::make_unique<ag::bench::Workload>(ag::bench::mlp_workload(precision, optim));
@@ -109,6 +113,17 @@ int run(const std::string& name, double seconds, long steps) {
     std::printf("%s live_bytes_1e3 %lld live_bytes_1e5 %lld peak_rss_mib_1e3 %.2f peak_rss_mib_1e5 %.2f\n",
                 name.c_str(), static_cast<long long>(bytes_1e3),
                 static_cast<long long>(ag::memory_stats(ag::Device::kCPU).current_bytes), rss_1e3, peak_rss_mib());
+    return 0;
+  }
+  if (name.rfind("memory_fashion_", 0) == 0) {
+    ag::bench::Workload w = ag::bench::fashion_workload(name.ends_with("_amp") ? Precision::kAmp : Precision::kFp32);
+    for (int i = 0; i < 100; ++i) w.step();
+    const int64_t bytes_1e2 = ag::memory_stats(ag::Device::kCPU).current_bytes;
+    const double rss_1e2 = peak_rss_mib();
+    for (int i = 100; i < 10000; ++i) w.step();
+    std::printf("%s live_bytes_1e2 %lld live_bytes_1e4 %lld peak_rss_mib_1e2 %.2f peak_rss_mib_1e4 %.2f\n",
+                name.c_str(), static_cast<long long>(bytes_1e2),
+                static_cast<long long>(ag::memory_stats(ag::Device::kCPU).current_bytes), rss_1e2, peak_rss_mib());
     return 0;
   }
   if (name.rfind("memory_mlp_", 0) == 0) {

@@ -1,6 +1,8 @@
 // End-to-end training steps (zero_grad, forward, loss, backward, step), FP32 and AMP:
-//   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256.
-// Memory: live CPU bytes after 1e3 and 1e5 seed steps (must be equal).
+//   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256;
+//   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128.
+// Memory: live CPU bytes after 1e3 and 1e5 seed steps, and after 1e2 and 1e4 fashion AMP steps
+// (each pair must be equal).
 #include <benchmark/benchmark.h>
 
 #include "bench/workloads.h"
@@ -21,6 +23,22 @@ void BM_SeedStep(benchmark::State& state, Precision precision) {
 void BM_MlpStep(benchmark::State& state, Precision precision, Optim optim) {
   Workload w = ag::bench::mlp_workload(precision, optim);
   for (auto _ : state) w.step();
+}
+
+void BM_FashionStep(benchmark::State& state, Precision precision) {
+  Workload w = ag::bench::fashion_workload(precision);
+  for (auto _ : state) w.step();
+}
+
+void BM_FashionMemory(benchmark::State& state, Precision precision) {
+  for (auto _ : state) {
+    Workload w = ag::bench::fashion_workload(precision);
+    for (int i = 0; i < 100; ++i) w.step();
+    const int64_t after_1e2 = ag::memory_stats(ag::Device::kCPU).current_bytes;
+    for (int i = 100; i < 10000; ++i) w.step();
+    state.counters["bytes_after_1e2"] = static_cast<double>(after_1e2);
+    state.counters["bytes_after_1e4"] = static_cast<double>(ag::memory_stats(ag::Device::kCPU).current_bytes);
+  }
 }
 
 // Live CPU bytes after 1e3 and after 1e5 seed steps: a leak of even one tensor per step shows.
@@ -46,3 +64,6 @@ BENCHMARK_CAPTURE(BM_MlpStep, amp_sgd, Precision::kAmp, Optim::kSgd)->Unit(bench
 BENCHMARK_CAPTURE(BM_MlpStep, fp32_adam, Precision::kFp32, Optim::kAdam)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MlpStep, amp_adam, Precision::kAmp, Optim::kAdam)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_SeedMemory, amp, Precision::kAmp)->Iterations(1)->Unit(benchmark::kSecond);
+BENCHMARK_CAPTURE(BM_FashionStep, fp32, Precision::kFp32)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_FashionStep, amp, Precision::kAmp)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_FashionMemory, amp, Precision::kAmp)->Iterations(1)->Unit(benchmark::kSecond);

@@ -1,12 +1,15 @@
 // The training-step workloads shared by train_bench and step_timer (and mirrored in
 // pytorch_workloads.py): zero_grad, forward, loss, backward, step.
-//   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256.
+//   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256;
+//   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128.
 #pragma once
 
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "ampgrad.h"
+#include "examples/fashion.h"
 
 namespace ampgrad::bench {
 
@@ -18,6 +21,7 @@ struct Workload {
   std::unique_ptr<optim::Optimizer> opt;
   amp::GradScaler scaler;
   Tensor x, y;
+  Tensor labels;  // int64 [batch]: the loss is cross_entropy(model(x), labels) instead of MSE
 
   /// x is [batch, in], y is [batch, out], both N(0, 1); SGD has momentum 0.9; lr 1e-3.
   /// param_dtype kFloat16 gives FP16 parameters with FP32 masters in the optimizer.
@@ -39,7 +43,7 @@ struct Workload {
     Tensor loss;
     {
       amp::AutocastGuard autocast(Device::kCPU, DType::kFloat16, scaler.is_enabled());
-      loss = ops::mse_loss((*model)(x), y);
+      loss = labels.defined() ? ops::cross_entropy((*model)(x), labels) : ops::mse_loss((*model)(x), y);
     }
     scaler.scale(loss).backward();
     scaler.step(*opt);
@@ -57,6 +61,18 @@ inline Workload mlp_workload(Precision precision, Optim optimizer, DType param_d
   return Workload(std::make_unique<nn::Sequential>(nn::Linear(784, 1024), nn::ReLU(), nn::Linear(1024, 1024),
                                                    nn::ReLU(), nn::Linear(1024, 10)),
                   precision, 256, 784, 10, optimizer, param_dtype);
+}
+
+/// The example's training step on random normalised-image-like inputs and labels (the data's
+/// values do not change the time). Adam lr 1e-3, as the example (whose cosine schedule only sets lr).
+inline Workload fashion_workload(Precision precision) {
+  manual_seed(0);
+  constexpr int64_t kBatch = 128;
+  Workload w(std::make_unique<nn::Sequential>(fashion::make_mlp()), precision, kBatch, 784, 10, Optim::kAdam);
+  std::vector<int64_t> labels(kBatch);
+  for (int64_t i = 0; i < kBatch; ++i) labels[i] = (i * 7) % 10;
+  w.labels = Tensor::from_vector(labels, {kBatch});
+  return w;
 }
 
 }  // namespace ampgrad::bench
