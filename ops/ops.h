@@ -81,8 +81,9 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target);
 /// finite). Autocast: float32.
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
-/// softmax over the last dimension of x [..., Tq, Tk] where element (i, j) with j > i + Tk - Tq is
-/// masked out (probability 0): attention that may not look ahead. Autocast: float32.
+/// softmax over the last dimension of x [..., Tq, Tk] where element (i, j) with j > i is masked out
+/// (probability 0): attention that may not look ahead, aligned top-left as PyTorch's is_causal
+/// (every row keeps column 0, so no row is empty). Autocast: float32.
 Tensor causal_softmax(const Tensor& x);
 
 /// How a loss over samples is reduced: the mean (over the samples that count), the sum, or none.

@@ -2,6 +2,7 @@
 //   softmax:     dx = y (dy - sum(dy y))          log_softmax: dx = dy - softmax(x) sum(dy)
 //   cross_entropy (fused): dlogits = (softmax(logits) - q) * dloss_i, q the (smoothed) one-hot
 //   target; mean divides by the number of samples that are not ignore_index.
+#include "framework/copy.h"
 #include "framework/dispatch.h"
 #include "ops/checks.h"
 #include "ops/elementwise_kernels.h"
@@ -40,6 +41,17 @@ struct Softmax {
   }
 };
 
+// float32 for 16-bit floats (their sums and counts overflow), else the dtype itself.
+DType accumulation_dtype(DType dtype) { return is_low_precision(dtype) ? DType::kFloat32 : dtype; }
+
+// t's values in `dtype` (t itself when it already is): a plain conversion, not recorded.
+Tensor in_dtype(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.shape(), dtype, t.device());
+  copy_(out, t);
+  return out;
+}
+
 // Per-sample losses [N] of a cross-entropy problem, reduced as asked.
 struct CrossEntropy {
   static constexpr OpInfo kInfo{"cross_entropy", CastPolicy::kFloat32, /*integer_inputs=*/0b10};  // target
@@ -67,14 +79,17 @@ struct CrossEntropy {
     Tensor valid = Tensor::empty({n}, input.dtype(), input.device());
     kernels::cross_entropy(input, target, args, losses, valid);
     if (reduction == Reduction::kNone) return losses;
-    Tensor total = Tensor::empty({}, input.dtype(), input.device());
-    kernels::sum_to(losses, 1.0, total);
-    if (reduction == Reduction::kSum) return total;
-    count = Tensor::empty({}, input.dtype(), input.device());
-    kernels::sum_to(valid, 1.0, count);
-    Tensor mean = Tensor::empty({}, input.dtype(), input.device());
+    // Reduce in float32 when the input is 16-bit: a float16 sum of 40000 losses of ~2 overflows, and
+    // 70000 samples cannot be counted in float16 at all. The result is rounded once at the end.
+    const DType acc = accumulation_dtype(input.dtype());
+    Tensor total = Tensor::empty({}, acc, input.device());
+    kernels::sum_to(in_dtype(losses, acc), 1.0, total);
+    if (reduction == Reduction::kSum) return in_dtype(total, input.dtype());
+    count = Tensor::empty({}, acc, input.device());
+    kernels::sum_to(in_dtype(valid, acc), 1.0, count);
+    Tensor mean = Tensor::empty({}, acc, input.device());
     kernels::binary(kernels::BinaryOp::kDiv, total, count, mean);  // all ignored: 0 / 0 = NaN, as PyTorch
-    return mean;
+    return in_dtype(mean, input.dtype());
   }
 
   std::vector<Tensor> backward(const SavedTensors& saved, const Tensor& dy) const {
@@ -83,8 +98,9 @@ struct CrossEntropy {
     if (reduction != Reduction::kNone) {
       Tensor g = dy;
       if (reduction == Reduction::kMean) {
-        g = Tensor::empty({}, dy.dtype(), dy.device());
-        kernels::binary(kernels::BinaryOp::kDiv, dy, count, g);
+        g = Tensor::empty({}, count.dtype(), dy.device());
+        kernels::binary(kernels::BinaryOp::kDiv, in_dtype(dy, count.dtype()), count, g);
+        g = in_dtype(g, dy.dtype());
       }
       dlosses = Tensor::empty({input.size(0)}, dy.dtype(), dy.device());
       kernels::affine(g, 1.0, 0.0, dlosses);  // the same gradient for every sample

@@ -89,7 +89,6 @@ void log_softmax_row(C* v, int64_t n) {
 void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y) {
   const AlongDim v = along(x.shape(), dim);
   const int64_t tq = causal == Causal::kYes && x.dim() >= 2 ? x.size(-2) : 1;
-  const int64_t offset = causal == Causal::kYes ? v.size - tq : 0;  // Tk - Tq
   visit_floating_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using C = ComputeType<T>;
@@ -101,7 +100,7 @@ void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tens
         log_softmax_row(buf, v.size);
       } else {
         // Causal: the row's index within the trailing [Tq, Tk] matrix decides how many columns it sees.
-        const int64_t valid = causal == Causal::kYes ? std::min(v.size, row % tq + 1 + offset) : v.size;
+        const int64_t valid = causal == Causal::kYes ? std::min(v.size, row % tq + 1) : v.size;
         softmax_row(buf, v.size, valid);
       }
       scatter(buf, v.size, out, base, v.inner);

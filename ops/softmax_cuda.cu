@@ -45,7 +45,7 @@ __global__ void softmax_kernel(const T* x, T* y, int64_t size, int64_t inner, bo
   using C = Compute<T>;
   const int64_t row = blockIdx.x;
   const int64_t base = (row / inner) * size * inner + row % inner;
-  const int64_t valid = causal ? min(size, row % tq + 1 + (size - tq)) : size;
+  const int64_t valid = causal ? min(size, row % tq + 1) : size;
   C local_max = -std::numeric_limits<C>::infinity();
   for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
     const C v = dload(x[base + j * inner]);

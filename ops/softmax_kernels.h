@@ -11,7 +11,7 @@ namespace ampgrad::kernels {
 
 enum class SoftmaxKind : bool { kSoftmax, kLogSoftmax };
 /// Causal masking of the last two dimensions [..., Tq, Tk] (softmax only): element (i, j) is left
-/// out (probability 0) when j > i + Tk - Tq, as in attention that may not look ahead.
+/// out (probability 0) when j > i (top-left aligned, as PyTorch's is_causal).
 enum class Causal : bool { kNo, kYes };
 
 // y = softmax(x) or log_softmax(x) along `dim` (non-negative; the last one when causal).

@@ -69,6 +69,38 @@ TEST(CrossEntropy, IgnoredSamplesAndMeans) {
   EXPECT_NEAR(row_sum, 0.0, 1e-7);
 }
 
+// float16 logits: the mean of 70000 losses of log(8) is log(8), although neither the sum (about
+// 145000) nor the count fits in float16; the gradient is 1/N-sized, not 0.
+TEST(CrossEntropy, Float16MeanOverManySamplesReducesInFloat32) {
+  for (int64_t n : {40000, 70000}) {
+    Tensor logits = ag::zeros({n, 8}, DType::kFloat16);
+    logits.set_requires_grad(true);
+    Tensor loss = ag::ops::cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>(n, 3), {n}));
+    EXPECT_EQ(loss.dtype(), DType::kFloat16);
+    EXPECT_NEAR(loss.item(), std::log(8.0), 2e-3) << "n = " << n;
+    loss.backward();
+    const std::vector<float> g = logits.grad().to_vector();
+    EXPECT_NEAR(g[0], 1.0 / 8 / n, 0.02 / 8 / n) << "n = " << n;  // softmax 1/8, over n samples
+    EXPECT_NEAR(g[3], -7.0 / 8 / n, 0.02 * 7 / 8 / n) << "n = " << n;
+    Tensor sum = ag::ops::cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>(n, 3), {n}),
+                                        {.reduction = ag::ops::Reduction::kSum});
+    EXPECT_TRUE(std::isinf(sum.item())) << "a float16 sum over 65504 overflows, as in PyTorch";
+  }
+}
+
+// Under float16 autocast, q and k of magnitude 150 with D = 4 have q.k = 90000 > 65504: scaling each
+// by D^-1/4 before the product (as PyTorch) keeps the scores finite.
+TEST(Attention, LargeQueriesStayFiniteUnderFloat16Autocast) {
+  Tensor q = ag::full({1, 1, 2, 4}, 150.0);
+  Tensor k = ag::full({1, 1, 2, 4}, 150.0);
+  Tensor v = ag::randn({1, 1, 2, 4});
+  Tensor expected = ag::ops::scaled_dot_product_attention(q, k, v, true);
+  ag::amp::AutocastGuard guard(ag::Device::kCPU, DType::kFloat16);
+  Tensor out = ag::ops::scaled_dot_product_attention(q, k, v, true);
+  const std::vector<float> a = out.to_vector(), e = expected.to_vector();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], e[i], 1e-2 * (1 + std::abs(e[i]))) << i;
+}
+
 TEST(CrossEntropy, BadInputIsAClearError) {
   const Tensor logits = ag::randn({3, 4});
   EXPECT_ERROR([&] { (void)ag::ops::cross_entropy(logits, ids({0, 4, 1}, {3})); }, "cross_entropy", "target 4",

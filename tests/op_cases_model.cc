@@ -61,6 +61,8 @@ void append_model_cases(std::vector<OpCase>& cases) {
       [](Refs v) { return softmax_ref(v[0], 6, true); }, {.k = 8, .magnitude = 4});
   add("causal_softmax", {{2, 3, 5}}, [](In t) { return ops::causal_softmax(t[0]); },
       [](Refs v) { return softmax_ref(v[0], 5, false, 3); }, {.k = 8, .magnitude = 1});
+  add("causal_softmax_tall", {{5, 3}}, [](In t) { return ops::causal_softmax(t[0]); },  // Tq > Tk
+      [](Refs v) { return softmax_ref(v[0], 3, false, 5); }, {.k = 8, .magnitude = 1});
 
   // Losses (targets fixed, sample 3 ignored).
   const auto ce = [](ops::CrossEntropyOptions o) {
@@ -125,6 +127,15 @@ void append_model_cases(std::vector<OpCase>& cases) {
         },
         {.k = 16, .magnitude = 4});
   }
+  // A shorter query than key (Tq 2 < Tk 4): the causal mask is aligned top-left, as PyTorch's.
+  add("attention_causal_short_q", {{1, 2, 2, 3}, {1, 2, 4, 3}, {1, 2, 4, 3}},
+      [](In t) { return ops::scaled_dot_product_attention(t[0], t[1], t[2], true); },
+      [](Refs v) {
+        Values scores = batched_matmul_ref(v[0], {1, 2, 2, 3}, permute_ref(v[1], {1, 2, 4, 3}, {0, 1, 3, 2}), {1, 2, 3, 4});
+        for (double& s : scores) s /= std::sqrt(3.0);
+        return batched_matmul_ref(softmax_ref(scores, 4, false, 2), {1, 2, 2, 4}, v[2], {1, 2, 4, 3});
+      },
+      {.k = 16, .magnitude = 4});
 }
 
 }  // namespace ampgrad::test

@@ -148,7 +148,7 @@ Values softmax_ref(const Values& x, int64_t cols, bool log, int64_t causal_tq) {
   Values out(x.size());
   for (size_t r = 0; r * static_cast<size_t>(cols) < x.size(); ++r) {
     const double* row = x.data() + r * static_cast<size_t>(cols);
-    const int64_t valid = causal_tq > 0 ? std::min<int64_t>(cols, static_cast<int64_t>(r) % causal_tq + 1 + cols - causal_tq)
+    const int64_t valid = causal_tq > 0 ? std::min<int64_t>(cols, static_cast<int64_t>(r) % causal_tq + 1)
                                         : cols;
     double max = -std::numeric_limits<double>::infinity(), sum = 0;
     for (int64_t j = 0; j < valid; ++j) max = std::max(max, row[j]);
