@@ -69,8 +69,9 @@ int main(int argc, char** argv) {
         char_gpt::train(corpus, options, model, [&](int64_t step, double loss, double scale, double val) {
           ag::utils::ProgressFields fields{{"loss", loss}};
           if (amp) fields.emplace_back("scale", scale);
-          if (!std::isnan(val)) fields.emplace_back("val", val);
-          progress.update(step, fields);
+          if (std::isnan(val)) return progress.update(step, fields);
+          fields.emplace_back("val", val);
+          progress.keep(step, fields);  // every evaluation gets its line
         });
     progress.finish();
     std::printf("model: %lld parameters\n", static_cast<long long>(result.parameters));

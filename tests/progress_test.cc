@@ -95,6 +95,34 @@ TEST(Progress, PlainLinesAreRateLimitedBySteps) {
   EXPECT_EQ(lines[3].substr(0, 13), "step 250/250 ");
 }
 
+// keep() shows a step whatever the rate limit and keeps its line, on a terminal too.
+TEST(Progress, KeptStepsAlwaysShowAndStay) {
+  double now = 0;
+  std::ostringstream lines_out, terminal_out;
+  ProgressLine lines(250, lines_out, {.mode = ProgressMode::kLines, .every_steps = 100, .every_seconds = 0,
+                                      .clock = [&] { return now; }});
+  ProgressLine terminal(250, terminal_out, {.mode = ProgressMode::kTerminal, .redraw_seconds = 100,
+                                            .clock = [&] { return now; }});
+  for (int step = 1; step <= 250; ++step) {
+    now += 0.01;
+    for (ProgressLine* p : {&lines, &terminal}) {
+      if (step % 50 == 0) p->keep(step, {{"val", 2.5}});
+      else p->update(step);
+    }
+  }
+  const std::vector<std::string> got = lines_of(lines_out.str());
+  // Step 1 (the first), then the kept ones; a kept line restarts the rate limit, so 101 is not due.
+  ASSERT_EQ(got.size(), 6u) << lines_out.str();
+  EXPECT_EQ(got[0].substr(0, 12), "step 1/250  ");
+  for (size_t i = 1; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].substr(0, got[i].find("  val 2.5  ") + 11), "step " + std::to_string(50 * i) + "/250  val 2.5  ");
+  }
+  const std::vector<std::string> drawn = lines_of(terminal_out.str());
+  ASSERT_EQ(drawn.size(), 5u) << terminal_out.str();  // step 1 is redrawn over by step 50
+  EXPECT_NE(drawn[0].find("\rstep 50/250  val 2.5"), std::string::npos);
+  EXPECT_NE(drawn[4].find("\rstep 250/250  val 2.5"), std::string::npos);
+}
+
 TEST(Progress, TerminalRewritesOneLine) {
   double now = 0;
   std::ostringstream out;

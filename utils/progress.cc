@@ -87,11 +87,19 @@ std::string ProgressLine::format(int64_t step, const ProgressFields& fields, dou
 
 void ProgressLine::update(int64_t step, const ProgressFields& fields) {
   const double t = now();
-  const bool last = total_ > 0 && step >= total_;
-  bool show = !shown_any_ || last;
+  bool show = !shown_any_ || (total_ > 0 && step >= total_);
   if (terminal_) show = show || t - last_time_ >= options_.redraw_seconds;
   else show = show || (step - last_step_ >= options_.every_steps && t - last_time_ >= options_.every_seconds);
-  if (!show) return;
+  if (show) show_line(step, fields, t);
+}
+
+void ProgressLine::keep(int64_t step, const ProgressFields& fields) {
+  show_line(step, fields, now());
+  finish();
+}
+
+void ProgressLine::show_line(int64_t step, const ProgressFields& fields, double t) {
+  const bool last = total_ > 0 && step >= total_;
 
   const std::string line = format(step, fields, t);
   if (terminal_) {

@@ -36,6 +36,9 @@ class ProgressLine {
 
   /// `step` steps are done; shows the line if the mode's rate limit allows (the last step always).
   void update(int64_t step, const ProgressFields& fields = {});
+  /// Shows `step` now, whatever the rate limit, and keeps the line (a terminal moves on to a new
+  /// one): for steps worth a record, such as an evaluation.
+  void keep(int64_t step, const ProgressFields& fields = {});
   /// On a terminal, ends the rewritten line with '\n' (done by itself at the last step).
   void finish();
   bool is_terminal() const { return terminal_; }
@@ -45,6 +48,7 @@ class ProgressLine {
 
  private:
   double now() const;
+  void show_line(int64_t step, const ProgressFields& fields, double t);
   int64_t total_;
   std::ostream& out_;
   ProgressOptions options_;
