@@ -111,17 +111,38 @@ Corpus load_corpus(const std::string& path, int64_t block_size) {
   return corpus;
 }
 
+ag::optim::AdamW make_optimizer(gpt::GPT& model, const TrainOptions& o) {
+  const auto [decay, no_decay] = model.decay_groups();
+  const ag::optim::AdamWOptions options{.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                                        .weight_decay = o.weight_decay};
+  ag::optim::AdamWOptions no_decay_options = options;
+  no_decay_options.weight_decay = 0.0;
+  return ag::optim::AdamW({{.params = decay}, {.params = no_decay, .options = no_decay_options}}, options);
+}
+
+std::pair<ag::Tensor, ag::Tensor> batch_for_step(const std::vector<int64_t>& ids, const TrainOptions& o, int64_t step) {
+  return batch(ids, o.batch_size, o.model.block_size, o.seed * 7919 + static_cast<uint64_t>(step));
+}
+
+ag::Tensor train_step(gpt::GPT& model, ag::optim::AdamW& opt, ag::amp::GradScaler& scaler, const ag::Tensor& x,
+                      const ag::Tensor& y, const TrainOptions& o, bool& stepped) {
+  opt.zero_grad();
+  const ag::Tensor loss = loss_of(model, x, y, o.precision);
+  scaler.scale(loss).backward();
+  scaler.unscale_(opt);  // clip the true gradients (a pass-through in FP32)
+  ag::nn::utils::clip_grad_norm_(model.parameters(), o.grad_clip);
+  stepped = scaler.step(opt);
+  scaler.update();
+  return loss;
+}
+
 TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, const StepCallback& on_step) {
   TrainResult result;
   result.parameters = 0;
   for (const ag::Tensor& p : model.parameters()) result.parameters += p.numel();
   result.unigram_loss = unigram_loss(corpus);
 
-  const auto [decay, no_decay] = model.decay_groups();
-  ag::optim::AdamW opt({{.params = decay}, {.params = no_decay, .options = ag::optim::AdamWOptions{
-                                                                  .lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                                                  .weight_decay = 0.0}}},
-                       {.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.weight_decay});
+  ag::optim::AdamW opt = make_optimizer(model, o);
   // Warmup at most a tenth of a short run.
   const int64_t warmup = std::min(o.warmup_steps, o.steps / 10);
   ag::optim::CosineWithWarmupLR schedule(opt, {.warmup_steps = warmup, .total_steps = o.steps, .min_lr_factor = 0.1});
@@ -136,21 +157,16 @@ TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, 
   }
   result.first_step = step;
   const int64_t end = o.stop_after >= 0 ? std::min(o.steps, step + o.stop_after) : o.steps;
-  const std::vector<ag::Tensor> params = model.parameters();
   model.train();
   for (; step < end; ++step) {
-    const auto [x, y] = batch(corpus.train, o.batch_size, o.model.block_size, o.seed * 7919 + static_cast<uint64_t>(step));
-    opt.zero_grad();
-    const ag::Tensor loss = loss_of(model, x, y, o.precision);
-    scaler.scale(loss).backward();
-    scaler.unscale_(opt);  // clip the true gradients (a pass-through in FP32)
-    ag::nn::utils::clip_grad_norm_(params, o.grad_clip);
-    if (scaler.step(opt)) {
+    const auto [x, y] = batch_for_step(corpus.train, o, step);
+    bool stepped = false;
+    const ag::Tensor loss = train_step(model, opt, scaler, x, y, o, stepped);
+    if (stepped) {
       schedule.step();
     } else {
       ++result.skipped;
     }
-    scaler.update();
     const double value = loss.item<double>();
     result.train_loss.push_back(value);
     result.scale.push_back(scaler.get_scale());

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "examples/gpt.h"
@@ -56,6 +57,21 @@ struct TrainResult {
 
 /// Called after each step with (step, loss, scale, val_loss or NaN).
 using StepCallback = std::function<void(int64_t step, double loss, double scale, double val_loss)>;
+
+/// The optimizer train() uses: AdamW (betas 0.9, 0.95, eps 1e-8) with weight decay on the
+/// matrices only, as nanoGPT.
+ag::optim::AdamW make_optimizer(gpt::GPT& model, const TrainOptions& options);
+
+/// The batch of `step`: x int64 [batch_size, block_size] drawn from (seed, step), y [batch_size *
+/// block_size] the next characters.
+std::pair<ag::Tensor, ag::Tensor> batch_for_step(const std::vector<int64_t>& ids, const TrainOptions& options,
+                                                 int64_t step);
+
+/// One training step on (x, y): zero_grad, the loss (under autocast in AMP), scaled backward,
+/// unscale_, clip_grad_norm_, scaler.step and update. Returns the loss; `stepped` says whether the
+/// optimizer stepped (the scaler skips steps with inf/NaN gradients).
+ag::Tensor train_step(gpt::GPT& model, ag::optim::AdamW& opt, ag::amp::GradScaler& scaler, const ag::Tensor& x,
+                      const ag::Tensor& y, const TrainOptions& options, bool& stepped);
 
 /// Builds the model (seeded) and trains it; with resume_path set, continues from that checkpoint
 /// (the model, optimizer, scaler, schedule and step), bit for bit as an uninterrupted run.
