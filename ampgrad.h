@@ -10,6 +10,7 @@
 #include "data/mnist.h"
 #include "framework/allocator.h"
 #include "framework/autograd.h"
+#include "framework/cpu_features.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/error.h"

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "framework/error.h"
-#include "utils/cpu_isa.h"
+#include "framework/cpu_features.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -88,7 +88,7 @@ uint32_t crc32c_hardware(const void* data, size_t n, uint32_t crc) {
 }
 
 bool crc32c_uses_hardware() {
-  static const bool use = crc32c_hardware_supported() && cpu_isa() != CpuIsa::kBaseline;
+  static const bool use = crc32c_hardware_supported() && effective_cpu_isa() != CpuIsa::kBaseline;
   return use;
 }
 
