@@ -1,16 +1,18 @@
 // Packed float GEMM (see linear_gemm_cpu.h). The loop nest is GotoBLAS's:
 //
 //   for each column block jc of c (all of it unless k * n is very large):
-//     pack b[:, jc] into kc x 16 panels                      (the pool shares them; L3)
-//     for each task (a range of rows and of 16-column panels), on the pool:
-//       for each k block pc:  pack a[rows, pc] into 6 x kc panels   (this thread's; L2)
-//         for each 16-column panel jr, for each 6-row panel ir:
-//           c[ir, jr] (+)= a_panel . b_panel                 (12 ymm accumulators; b panel in L1)
+//     pack b[:, jc] into kc x nr panels                      (the pool shares them; L3)
+//     for each task (a range of rows and of nr-column panels), on the pool:
+//       for each k block pc:  pack a[rows, pc] into mr x kc panels  (this thread's; L2)
+//         for each nr-column panel jr, for each mr-row panel ir:
+//           c[ir, jr] (+)= a_panel . b_panel                 (the micro-kernel; b panel in L1)
 //
-// Packing lays each panel out in the order the micro-kernel reads it, so the kernel does two
-// aligned loads and six broadcasts per 12 FMAs and nothing else. Packing is also where transposes
-// disappear and FP16 becomes float. Tiles at the edges of c run the same kernel on zero-padded
-// panels into a local 6 x 16 tile.
+// The micro-kernel (its mr x nr tile and its kc and mc blocks) is picked once by instruction-set
+// level (linear_gemm_micro_cpu.h). Packing lays each panel out in the order the micro-kernel reads
+// it, so the kernel does nr / width aligned loads and mr broadcasts per k and nothing else.
+// Packing is also where transposes disappear and FP16 becomes float; it uses the baseline's 8-wide
+// vectors at every level (it is memory-bound). Tiles at the edges of c run the same kernel on
+// zero-padded panels into a local tile.
 #include "ops/linear_gemm_cpu.h"
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 
 #include "framework/half.h"
 #include "framework/parallel.h"
+#include "ops/linear_gemm_micro_cpu.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -32,12 +35,9 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kMR = 6;   // tile rows: 6 x 2 accumulators + 2 b vectors + 1 broadcast = 15 of 16 ymm
-constexpr int64_t kNR = 16;  // tile columns: two 8-float vectors
-// k block: a 16 x 256 b panel (16 KB) stays in L1 while the 6-row a panels stream past it.
-constexpr int64_t kKC = 256;
-// m block: a 144 x 256 block of packed a (144 KB) stays in L2 while all of the b panels pass.
-constexpr int64_t kMCMax = 144;
+// The vector paths of packing may write up to this many floats past a panel (the next panel, or
+// the slack at the end of a buffer, takes them).
+constexpr int64_t kPackSlack = 8;
 // Packed b is at most this many floats (8 MB, in L3); wider c is done in column blocks.
 constexpr int64_t kPackedBMax = int64_t{1} << 21;
 // The float partial sums of an FP16 result are kept between calls up to this size (16 MB).
@@ -109,113 +109,85 @@ void pack_scalar(const T* src, int64_t p_stride, int64_t j_stride, int64_t width
   }
 }
 
-// dst[p * 16 + j] = b(p0 + p, j0 + j) for p < kc, j < 16; columns j0 + j >= n_end are zero.
+#ifdef AMPGRAD_SGEMM_AVX2
+// dst[0, width) = src[0, width), contiguous, for width 6 or a multiple of 4 from 8: full vectors,
+// the last one overlapping the one before; width 6 reads 8 (src_room >= 8) and writes 2 past.
+template <typename T>
+inline void copy_row(const T* src, int64_t width, float* dst) {
+  if (width < 8) return _mm256_storeu_ps(dst, load8(src));
+  for (int64_t j = 0; j + 8 <= width; j += 8) _mm256_storeu_ps(dst + j, load8(src + j));
+  if (width % 8 != 0) _mm256_storeu_ps(dst + width - 8, load8(src + width - 8));
+}
+
+// The first `count` values of v (8, 4, or 6 writing 2 more that the caller overwrites next).
+inline void store_first(float* dst, __m256 v, int64_t count) {
+  if (count == 4) return _mm_storeu_ps(dst, _mm256_castps256_ps128(v));
+  _mm256_storeu_ps(dst, v);
+}
+#endif
+
+// dst[p * nr + j] = b(p0 + p, j0 + j) for p < kc, j < nr; columns j0 + j >= n_end are zero.
 template <typename T>
 void pack_b_panel(const T* b, int64_t rs, int64_t cs, int64_t p0, int64_t kc, int64_t j0, int64_t n_end,
-                  float* dst) {
-  const int64_t nr = std::min(kNR, n_end - j0);
+                  int64_t nr, float* dst) {
+  const int64_t valid = std::min(nr, n_end - j0);
 #ifdef AMPGRAD_SGEMM_AVX2
-  if (nr == kNR && cs == 1) {  // rows of b are contiguous: copy 16 at a time
+  if (valid == nr && cs == 1) {  // rows of b are contiguous: copy nr at a time
     for (int64_t p = 0; p < kc; ++p) {
       const T* src = b + (p0 + p) * rs + j0;
-      _mm256_store_ps(dst + p * kNR, load8(src));
-      _mm256_store_ps(dst + p * kNR + 8, load8(src + 8));
+      for (int64_t j = 0; j < nr; j += 8) _mm256_store_ps(dst + p * nr + j, load8(src + j));
     }
     return;
   }
-  if (nr == kNR && rs == 1) {  // columns of b are contiguous (b is a transpose): 8 x 8 transposes
+  if (valid == nr && rs == 1) {  // columns of b are contiguous (b is a transpose): 8 x 8 transposes
     int64_t p = 0;
     for (; p + 8 <= kc; p += 8) {
-      for (int64_t half = 0; half < 2; ++half) {
+      for (int64_t j = 0; j < nr; j += 8) {
         __m256 r[8];
-        for (int q = 0; q < 8; ++q) r[q] = load8(b + (j0 + half * 8 + q) * cs + p0 + p);
+        for (int q = 0; q < 8; ++q) r[q] = load8(b + (j0 + j + q) * cs + p0 + p);
         transpose8(r);
-        for (int q = 0; q < 8; ++q) _mm256_store_ps(dst + (p + q) * kNR + half * 8, r[q]);
+        for (int q = 0; q < 8; ++q) _mm256_store_ps(dst + (p + q) * nr + j, r[q]);
       }
     }
-    pack_scalar(b + j0 * cs + p0 + p, 1, cs, kNR, kNR, kc - p, dst + p * kNR);
+    pack_scalar(b + j0 * cs + p0 + p, 1, cs, nr, nr, kc - p, dst + p * nr);
     return;
   }
 #endif
-  pack_scalar(b + p0 * rs + j0 * cs, rs, cs, kNR, nr, kc, dst);
+  pack_scalar(b + p0 * rs + j0 * cs, rs, cs, nr, valid, kc, dst);
 }
 
-// dst[p * 6 + i] = a(i0 + i, p0 + p) for p < kc, i < 6; rows i0 + i >= m_end are zero. a has
-// m_rows rows in all. dst has room for two floats past 6 * kc (the vector paths store 8 at a time).
+// dst[p * mr + i] = a(i0 + i, p0 + p) for p < kc, i < mr; rows i0 + i >= m_end are zero. a has
+// m_rows rows in all. The vector paths may write kPackSlack floats past the panel.
 template <typename T>
 void pack_a_panel(const T* a, int64_t rs, int64_t cs, int64_t i0, int64_t m_end, int64_t m_rows, int64_t p0,
-                  int64_t kc, float* dst) {
-  const int64_t mr = std::min(kMR, m_end - i0);
+                  int64_t kc, int64_t mr, float* dst) {
+  const int64_t valid = std::min(mr, m_end - i0);
 #ifdef AMPGRAD_SGEMM_AVX2
-  if (mr == kMR && rs == 1 && i0 + 8 <= m_rows) {  // columns of a are contiguous (a is a transpose)
-    // Each store writes the panel's 6 values and 2 that the next store (or the next panel) overwrites.
-    for (int64_t p = 0; p < kc; ++p) _mm256_storeu_ps(dst + p * kMR, load8(a + (p0 + p) * cs + i0));
+  if (valid == mr && rs == 1 && i0 + std::max<int64_t>(mr, 8) <= m_rows) {  // columns of a are contiguous (a transpose)
+    for (int64_t p = 0; p < kc; ++p) copy_row(a + (p0 + p) * cs + i0, mr, dst + p * mr);
     return;
   }
-  if (mr == kMR && cs == 1) {  // rows of a are contiguous: 8 k at a time, 6 rows + 2 zero rows transposed
+  if (valid == mr && cs == 1 && mr <= 16) {  // rows of a are contiguous: 8 k at a time, 8 rows at a time transposed
     int64_t p = 0;
     for (; p + 8 <= kc; p += 8) {
-      __m256 r[8];
-      for (int i = 0; i < kMR; ++i) r[i] = load8(a + (i0 + i) * rs + p0 + p);
-      r[6] = r[7] = _mm256_setzero_ps();
-      transpose8(r);
-      for (int q = 0; q < 8; ++q) _mm256_storeu_ps(dst + (p + q) * kMR, r[q]);
+      __m256 r[2][8];
+      for (int64_t g = 0; g < mr; g += 8) {
+        for (int i = 0; i < 8; ++i) {
+          r[g / 8][i] = g + i < mr ? load8(a + (i0 + g + i) * rs + p0 + p) : _mm256_setzero_ps();
+        }
+        transpose8(r[g / 8]);
+      }
+      // Column by column, so what a 6-wide store writes past a column is overwritten by the next one.
+      for (int q = 0; q < 8; ++q) {
+        for (int64_t g = 0; g < mr; g += 8) store_first(dst + (p + q) * mr + g, r[g / 8][q], std::min<int64_t>(8, mr - g));
+      }
     }
-    pack_scalar(a + i0 * rs + p0 + p, 1, rs, kMR, kMR, kc - p, dst + p * kMR);
+    pack_scalar(a + i0 * rs + p0 + p, 1, rs, mr, mr, kc - p, dst + p * mr);
     return;
   }
 #endif
-  pack_scalar(a + i0 * rs + p0 * cs, cs, rs, kMR, mr, kc, dst);
+  pack_scalar(a + i0 * rs + p0 * cs, cs, rs, mr, valid, kc, dst);
 }
-
-// ---- the micro-kernel ------------------------------------------------------------------------
-
-// c[6 x 16] = init + a_panel . b_panel over kc. init is null (zero) or 6 rows of 16 at
-// init + i * init_ld (init_ld 0 repeats one row: the bias); init may alias c.
-#ifdef AMPGRAD_SGEMM_AVX2
-// Not inlined: inside the driver GCC runs short of registers and reloads b for every FMA, which
-// saturates the load ports (-10% measured).
-[[gnu::noinline]] void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b,
-                                    const float* init, int64_t init_ld, float* c, int64_t ldc) {
-  for (int i = 0; i < kMR; ++i) _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-  __m256 acc[kMR][2];
-#pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) {
-    acc[i][0] = init ? _mm256_loadu_ps(init + i * init_ld) : _mm256_setzero_ps();
-    acc[i][1] = init ? _mm256_loadu_ps(init + i * init_ld + 8) : _mm256_setzero_ps();
-  }
-#pragma GCC unroll 4
-  for (int64_t p = 0; p < kc; ++p) {
-    const __m256 b0 = _mm256_load_ps(b + p * kNR);
-    const __m256 b1 = _mm256_load_ps(b + p * kNR + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < kMR; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + p * kMR + i);
-      acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
-    }
-  }
-#pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) {
-    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
-    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
-  }
-}
-#else
-void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, const float* init,
-                  int64_t init_ld, float* c, int64_t ldc) {
-  float acc[kMR][kNR];
-  for (int64_t i = 0; i < kMR; ++i) {
-    for (int64_t j = 0; j < kNR; ++j) acc[i][j] = init ? init[i * init_ld + j] : 0.0f;
-  }
-  for (int64_t p = 0; p < kc; ++p) {
-    for (int64_t i = 0; i < kMR; ++i) {
-      for (int64_t j = 0; j < kNR; ++j) acc[i][j] = std::fma(a[p * kMR + i], b[p * kNR + j], acc[i][j]);
-    }
-  }
-  for (int64_t i = 0; i < kMR; ++i) std::memcpy(c + i * ldc, acc[i], sizeof(acc[i]));
-}
-#endif
 
 // ---- the driver ------------------------------------------------------------------------------
 
@@ -225,64 +197,69 @@ struct Problem {
   const float* bias;
   float* c_float;  // float result, or float partial sums of a Half result when k spans several blocks
   Half* c_half;    // Half result, or null
-  int64_t kc;      // k block size (k is cut into equal blocks of at most kKC)
+  const MicroKernel* kernel;
+  Epilogue epilogue;  // applied to the finished sums, before a Half result is rounded
+  int64_t kc;         // k block size (k is cut into equal blocks of at most kernel->kc)
 };
 
-// Rows of a finished tile leave for the Half result, rounded once (F16C where available).
-void store_half_rows(const float* tile, int64_t mr, int64_t nr, Half* c, int64_t ldc) {
+// Rows of a finished tile (row stride tile_ld) leave for the Half result, rounded once (F16C).
+void store_half_rows(const float* tile, int64_t tile_ld, int64_t mr, int64_t nr, Half* c, int64_t ldc) {
 #ifdef AMPGRAD_SGEMM_AVX2
-  if (nr == kNR) {
+  if (nr % 8 == 0) {
     for (int64_t r = 0; r < mr; ++r) {
-      for (int64_t h = 0; h < 2; ++h) {
-        const __m128i rounded = _mm256_cvtps_ph(_mm256_load_ps(tile + r * kNR + h * 8), _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(c + r * ldc + h * 8), rounded);
+      for (int64_t h = 0; h < nr; h += 8) {
+        const __m128i rounded = _mm256_cvtps_ph(_mm256_load_ps(tile + r * tile_ld + h), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(c + r * ldc + h), rounded);
       }
     }
     return;
   }
 #endif
-  for (int64_t r = 0; r < mr; ++r) float_to_half(tile + r * kNR, c + r * ldc, static_cast<size_t>(nr));
+  for (int64_t r = 0; r < mr; ++r) float_to_half(tile + r * tile_ld, c + r * ldc, static_cast<size_t>(nr));
 }
 
-// A 6 x 16 tile of c at (i, j) with mr x nr valid entries, for k block [p0, p0 + kc). The first
+// The kernel's tile of c at (i, j) with mr x nr valid entries, for k block [p0, p0 + kc). The first
 // k block starts from the bias (or zero), later ones from the float partial sums in c_float;
-// the last block of a Half result rounds the sums into c_half.
+// the last block applies the epilogue, and for a Half result rounds the sums into c_half.
 void compute_tile(const Problem& pb, const float* a_panel, const float* b_panel, int64_t i, int64_t j, int64_t mr,
                   int64_t nr, int64_t p0, int64_t kc) {
+  const MicroKernel& kernel = *pb.kernel;
   const bool first = p0 == 0, last = p0 + kc == pb.k;
   const bool to_half = last && pb.c_half != nullptr;
-  const int64_t n = pb.n;
+  const Epilogue epilogue = last ? pb.epilogue : Epilogue::kNone;
+  const int64_t n = pb.n, tile_ld = kernel.nr;
   float* partial = first && to_half ? nullptr : pb.c_float + i * n + j;  // null: no float sums kept
-  alignas(32) float tile[kMR * kNR];
-  if (mr == kMR && nr == kNR) {  // the common case: straight from and into c
+  alignas(64) float tile[kMaxTile];
+  if (mr == kernel.mr && nr == kernel.nr) {  // the common case: straight from and into c
     const float* init = first ? (pb.bias ? pb.bias + j : nullptr) : partial;
     const int64_t init_ld = first ? 0 : n;
-    if (!to_half) return micro_kernel(kc, a_panel, b_panel, init, init_ld, partial, n);
-    micro_kernel(kc, a_panel, b_panel, init, init_ld, tile, kNR);
-    return store_half_rows(tile, mr, nr, pb.c_half + i * n + j, n);
+    if (!to_half) return kernel.run(kc, a_panel, b_panel, init, init_ld, partial, n, epilogue);
+    kernel.run(kc, a_panel, b_panel, init, init_ld, tile, tile_ld, epilogue);
+    return store_half_rows(tile, tile_ld, mr, nr, pb.c_half + i * n + j, n);
   }
-  // An edge tile: the kernel works on a zero-padded 6 x 16 copy.
+  // An edge tile: the kernel works on a zero-padded copy.
   const float* init = nullptr;
   int64_t init_ld = 0;
   if (!first) {
-    std::fill(tile, tile + kMR * kNR, 0.0f);
-    for (int64_t r = 0; r < mr; ++r) std::copy_n(partial + r * n, nr, tile + r * kNR);
-    init = tile, init_ld = kNR;
+    std::fill(tile, tile + kernel.mr * tile_ld, 0.0f);
+    for (int64_t r = 0; r < mr; ++r) std::copy_n(partial + r * n, nr, tile + r * tile_ld);
+    init = tile, init_ld = tile_ld;
   } else if (pb.bias != nullptr) {
-    std::fill(tile, tile + kNR, 0.0f);
+    std::fill(tile, tile + tile_ld, 0.0f);
     std::copy_n(pb.bias + j, nr, tile);
     init = tile, init_ld = 0;
   }
-  micro_kernel(kc, a_panel, b_panel, init, init_ld, tile, kNR);
-  if (to_half) return store_half_rows(tile, mr, nr, pb.c_half + i * n + j, n);
-  for (int64_t r = 0; r < mr; ++r) std::copy_n(tile + r * kNR, nr, partial + r * n);
+  kernel.run(kc, a_panel, b_panel, init, init_ld, tile, tile_ld, epilogue);
+  if (to_half) return store_half_rows(tile, tile_ld, mr, nr, pb.c_half + i * n + j, n);
+  for (int64_t r = 0; r < mr; ++r) std::copy_n(tile + r * tile_ld, nr, partial + r * n);
 }
 
 template <typename T>
 void pack_a_block(const Problem& pb, int64_t i0, int64_t i1, int64_t p0, int64_t kc, float* dst) {
   const T* a = static_cast<const T*>(pb.a.data);
-  for (int64_t i = i0; i < i1; i += kMR) {
-    pack_a_panel(a, pb.a.row_stride, pb.a.col_stride, i, i1, pb.m, p0, kc, dst + (i - i0) * kc);
+  const int64_t mr = pb.kernel->mr;
+  for (int64_t i = i0; i < i1; i += mr) {
+    pack_a_panel(a, pb.a.row_stride, pb.a.col_stride, i, i1, pb.m, p0, kc, mr, dst + (i - i0) * kc);
   }
 }
 
@@ -294,18 +271,18 @@ template <typename T>
 void pack_b_panels(const Problem& pb, int64_t jc, int64_t nc_pad, int64_t n_end, int64_t jr0, int64_t jr1,
                    float* b_packed) {
   const T* b = static_cast<const T*>(pb.b.data);
-  const int64_t rs = pb.b.row_stride, cs = pb.b.col_stride;
+  const int64_t rs = pb.b.row_stride, cs = pb.b.col_stride, nr = pb.kernel->nr;
   for (int64_t p0 = 0; p0 < pb.k; p0 += pb.kc) {
     const int64_t kc = std::min(pb.kc, pb.k - p0);
     float* block = b_packed + p0 * nc_pad;
     if (cs == 1) {
       for (int64_t p = 0; p < kc; p += 8) {
-        for (int64_t jr = jr0; jr < jr1; jr += kNR) {
-          pack_b_panel(b, rs, cs, p0 + p, std::min<int64_t>(8, kc - p), jc + jr, n_end, block + jr * kc + p * kNR);
+        for (int64_t jr = jr0; jr < jr1; jr += nr) {
+          pack_b_panel(b, rs, cs, p0 + p, std::min<int64_t>(8, kc - p), jc + jr, n_end, nr, block + jr * kc + p * nr);
         }
       }
     } else {
-      for (int64_t jr = jr0; jr < jr1; jr += kNR) pack_b_panel(b, rs, cs, p0, kc, jc + jr, n_end, block + jr * kc);
+      for (int64_t jr = jr0; jr < jr1; jr += nr) pack_b_panel(b, rs, cs, p0, kc, jc + jr, n_end, nr, block + jr * kc);
     }
   }
 }
@@ -314,10 +291,11 @@ void pack_b_panels(const Problem& pb, int64_t jc, int64_t nc_pad, int64_t n_end,
 void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, int64_t nc_pad, int64_t i0, int64_t i1,
               int64_t jr0, int64_t jr1) {
   thread_local Buffer a_buffer;
-  const int64_t mc_max = std::min(kMCMax, round_up(i1 - i0, kMR));
-  float* a_packed = a_buffer.get(mc_max * pb.kc + 2);
-  for (int64_t ic = i0; ic < i1; ic += kMCMax) {
-    const int64_t mc = std::min(kMCMax, i1 - ic);
+  const int64_t mr = pb.kernel->mr, nr = pb.kernel->nr, mc_block = pb.kernel->mc;
+  const int64_t mc_max = std::min(mc_block, round_up(i1 - i0, mr));
+  float* a_packed = a_buffer.get(mc_max * pb.kc + kPackSlack);
+  for (int64_t ic = i0; ic < i1; ic += mc_block) {
+    const int64_t mc = std::min(mc_block, i1 - ic);
     for (int64_t p0 = 0; p0 < pb.k; p0 += pb.kc) {
       const int64_t kc = std::min(pb.kc, pb.k - p0);
       if (pb.a.dtype == DType::kFloat16) {
@@ -325,11 +303,11 @@ void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, 
       } else {
         pack_a_block<float>(pb, ic, ic + mc, p0, kc, a_packed);
       }
-      for (int64_t jr = jr0; jr < jr1; jr += kNR) {
+      for (int64_t jr = jr0; jr < jr1; jr += nr) {
         const float* b_panel = b_packed + p0 * nc_pad + jr * kc;
-        const int64_t nr = std::min(kNR, nc - jr);
-        for (int64_t ir = 0; ir < mc; ir += kMR) {
-          compute_tile(pb, a_packed + ir * kc, b_panel, ic + ir, jc + jr, std::min(kMR, mc - ir), nr, p0, kc);
+        const int64_t valid_nr = std::min(nr, nc - jr);
+        for (int64_t ir = 0; ir < mc; ir += mr) {
+          compute_tile(pb, a_packed + ir * kc, b_panel, ic + ir, jc + jr, std::min(mr, mc - ir), valid_nr, p0, kc);
         }
       }
     }
@@ -341,12 +319,14 @@ void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, 
 void sgemm_direct(const Problem& pb) {
   const auto* a = static_cast<const float*>(pb.a.data);
   const auto* b = static_cast<const float*>(pb.b.data);
+  const bool relu = pb.epilogue == Epilogue::kRelu;
   for (int64_t i = 0; i < pb.m; ++i) {
     for (int64_t j = 0; j < pb.n; ++j) {
       float acc = pb.bias ? pb.bias[j] : 0.0f;
       for (int64_t p = 0; p < pb.k; ++p) {
         acc = std::fma(a[i * pb.a.row_stride + p * pb.a.col_stride], b[p * pb.b.row_stride + j * pb.b.col_stride], acc);
       }
+      if (relu && acc <= 0.0f) acc = 0.0f;  // NaN stays NaN, as in ops::relu
       if (pb.c_half) {
         pb.c_half[i * pb.n + j] = float_to_half(acc);
       } else {
@@ -375,10 +355,11 @@ void run_direct(Problem pb) {
 }  // namespace
 
 void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
-           DType c_dtype) {
+           DType c_dtype, const GemmOptions& options) {
   if (m == 0 || n == 0) return;
   const bool c_half = c_dtype == DType::kFloat16;
-  Problem pb{m, n, k, a, b, static_cast<const float*>(bias.data), nullptr, nullptr, 0};
+  const MicroKernel& kernel = options.kernel != nullptr ? *options.kernel : default_micro_kernel();
+  Problem pb{m, n, k, a, b, static_cast<const float*>(bias.data), nullptr, nullptr, &kernel, options.epilogue, 0};
   if (bias.data != nullptr && bias.dtype == DType::kFloat16) {  // widened once into a buffer reused across calls
     thread_local Buffer wide_bias;
     float* wide = wide_bias.get(n);
@@ -393,23 +374,24 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
   if (2.0 * m * n * k < kDirectFlop) return run_direct(pb);  // k = 0 included: c is the bias, or zero
 
   // Equal k blocks: 784 becomes 4 x 196, not 3 x 256 + 16 (a short block pays the c traffic for little work).
-  pb.kc = ceil_div(k, ceil_div(k, kKC));
+  pb.kc = ceil_div(k, ceil_div(k, kernel.kc));
   thread_local Buffer b_buffer, partial_buffer;
   Buffer big_partial;  // freed on return: a large FP16 product must not pin its float sums
   if (c_half && k > pb.kc) {  // float partial sums until the last k block
     pb.c_float = (m * n <= kKeptPartialFloats ? partial_buffer : big_partial).get(m * n);
   }
 
+  const int64_t mr = kernel.mr, nr = kernel.nr;
   const int threads = 2.0 * m * n * k >= kParallelFlop ? num_threads() : 1;
-  const int64_t nc_max = std::max(kNR, kPackedBMax / k / kNR * kNR);
+  const int64_t nc_max = std::max(nr, kPackedBMax / k / nr * nr);
   for (int64_t jc = 0; jc < n; jc += nc_max) {
-    const int64_t nc = std::min(nc_max, n - jc), nc_pad = round_up(nc, kNR);
+    const int64_t nc = std::min(nc_max, n - jc), nc_pad = round_up(nc, nr);
     float* b_packed = b_buffer.get(k * nc_pad);
-    const int64_t panels = nc_pad / kNR;
+    const int64_t panels = nc_pad / nr;
     const int64_t pack_chunks = threads > 1 && k * nc >= (int64_t{1} << 16) ? std::min<int64_t>(panels, 4 * threads) : 1;
     parallel_for(pack_chunks, [&](int64_t chunk) {
       const int64_t per = ceil_div(panels, pack_chunks);
-      const int64_t jr0 = chunk * per * kNR, jr1 = std::min(panels, (chunk + 1) * per) * kNR;
+      const int64_t jr0 = chunk * per * nr, jr1 = std::min(panels, (chunk + 1) * per) * nr;
       if (pb.b.dtype == DType::kFloat16) {
         pack_b_panels<Half>(pb, jc, nc_pad, jc + nc, jr0, jr1, b_packed);
       } else {
@@ -420,15 +402,15 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
     // Two tasks per thread, so a core that is busy elsewhere delays only its share. Rows are split
     // first (each row range packs its own a); panels only when there are too few rows.
     const int64_t want = threads > 1 ? 2 * threads : 1;
-    const int64_t row_parts = std::min(want, ceil_div(m, kMR));
-    const int64_t rows_per = round_up(ceil_div(m, row_parts), kMR);
+    const int64_t row_parts = std::min(want, ceil_div(m, mr));
+    const int64_t rows_per = round_up(ceil_div(m, row_parts), mr);
     const int64_t row_tasks = ceil_div(m, rows_per);
     const int64_t panel_parts = std::min(panels, ceil_div(want, row_tasks));
     const int64_t panels_per = ceil_div(panels, panel_parts);
     const int64_t panel_tasks = ceil_div(panels, panels_per);
     parallel_for(row_tasks * panel_tasks, [&](int64_t task) {
-      const int64_t i0 = (task / panel_tasks) * rows_per, jr0 = (task % panel_tasks) * panels_per * kNR;
-      run_task(pb, b_packed, jc, nc, nc_pad, i0, std::min(m, i0 + rows_per), jr0, std::min(nc_pad, jr0 + panels_per * kNR));
+      const int64_t i0 = (task / panel_tasks) * rows_per, jr0 = (task % panel_tasks) * panels_per * nr;
+      run_task(pb, b_packed, jc, nc, nc_pad, i0, std::min(m, i0 + rows_per), jr0, std::min(nc_pad, jr0 + panels_per * nr));
     });
   }
 }

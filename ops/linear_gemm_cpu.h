@@ -1,5 +1,6 @@
-// The CPU's float GEMM: a packed, cache-blocked GEMM in the GotoBLAS/BLIS style with an AVX2/FMA
-// 6x16 register tile, spread over the CPU pool (framework/parallel.h). FP16 operands are widened while
+// The CPU's float GEMM: a packed, cache-blocked GEMM in the GotoBLAS/BLIS style whose register tile
+// is picked by instruction-set level (linear_gemm_micro_cpu.h: AVX2/FMA 6x16, AVX-512 12x32),
+// spread over the CPU pool (framework/parallel.h). FP16 operands are widened while
 // they are packed and an FP16 result is rounded once from the float sum, so FP16 costs the same
 // arithmetic as FP32 plus O(n^2) conversions, never an O(n^3) one.
 #pragma once
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include "framework/dtype.h"
+#include "ops/linear_gemm_micro_cpu.h"
 
 namespace ampgrad::kernels::cpu {
 
@@ -18,10 +20,16 @@ struct MatrixView {
   int64_t row_stride = 0, col_stride = 0;
 };
 
-/// c = a b (+ bias[n] added to every row), for a [m, k] and b [k, n], accumulated in float. c is
-/// row-major [m, n] of c_dtype (float32, or float16 rounded once from the float sum). bias is n
-/// contiguous values (float32 or float16), or a view with null data for none.
+struct GemmOptions {
+  Epilogue epilogue = Epilogue::kNone;  // kRelu: c = relu(a b + bias), fused into the store
+  const MicroKernel* kernel = nullptr;  // null: default_micro_kernel(); tests pass each level's
+};
+
+/// c = epilogue(a b (+ bias[n] added to every row)), for a [m, k] and b [k, n], accumulated in
+/// float. c is row-major [m, n] of c_dtype (float32, or float16 rounded once from the float sum).
+/// bias is n contiguous values (float32 or float16), or a view with null data for none. Every
+/// kernel gives the same bits (each element is bias, then one FMA per k in order).
 void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
-           DType c_dtype);
+           DType c_dtype, const GemmOptions& options = {});
 
 }  // namespace ampgrad::kernels::cpu

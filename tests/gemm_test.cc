@@ -1,7 +1,8 @@
 // The CPU GEMM kernel behind linear and matmul, against a float64 reference: every transpose,
-// FP32 and FP16, with and without bias, over shapes that hit the kernel's edges (partial 6 x 16
-// tiles, k split into several blocks, c split into column blocks, k = 0), and its result must not
-// depend on the thread count.
+// FP32 and FP16, with and without bias, over shapes that hit the kernel's edges (partial tiles,
+// k split into several blocks, c split into column blocks, k = 0), and its result must not
+// depend on the thread count. Every micro-kernel this CPU runs (one per instruction-set level)
+// must give the baseline's bits; tests/BUILD runs this file again under AMPGRAD_CPU_ISA=baseline.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,12 +11,14 @@
 
 #include "framework/allocator.h"
 #include "framework/autograd.h"
+#include "framework/cpu_features.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
 #include "framework/error.h"
 #include "framework/parallel.h"
 #include "framework/random.h"
 #include "framework/tensor.h"
+#include "ops/linear_gemm_cpu.h"
 #include "ops/linear_kernels.h"
 #include "ops/ops.h"
 #include "test_util.h"
@@ -91,12 +94,14 @@ class GemmTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(GemmTest, MatchesFloat64Reference) {
   const auto [dtype, ta, tb, with_bias] = GetParam();
-  // 1x1x1; partial tiles in both directions; exact tiles; k just over one block (257) and over
-  // several (600: three equal blocks); m, n and k all ragged and large enough to run in parallel.
-  const Case cases[] = {{1, 1, 1}, {5, 17, 3}, {6, 16, 256}, {7, 33, 257}, {13, 31, 600}, {130, 200, 530}};
+  // 1x1x1; partial tiles in both directions; exact 6x16 and 8x32 tiles; ragged k; m, n and k all
+  // ragged and large enough to run in parallel; k over one block (1100: two equal blocks).
+  const Case cases[] = {{1, 1, 1}, {5, 17, 3}, {6, 16, 256}, {8, 32, 64}, {7, 33, 257}, {13, 31, 600},
+                        {130, 200, 530}, {40, 70, 1100}};
   uint64_t seed = 10;
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " k " << c.k);
+    SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " k " << c.k << ", kernel "
+                                      << ag::kernels::cpu::default_micro_kernel().name);
     const Result r = run(c, dtype, ta, tb, with_bias, seed += 3);
     EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
   }
@@ -162,6 +167,109 @@ TEST(Gemm, ResultDoesNotDependOnTheThreadCount) {
     EXPECT_EQ(results[0], results[2]);
   }
   ag::set_num_threads(before);
+}
+
+// ---- every instruction-set level against the baseline ----------------------------------------
+
+namespace kc = ag::kernels::cpu;
+
+// The tensor's storage as 16-bit words (float32 and float16 alike).
+std::vector<uint16_t> stored_bits(const Tensor& t) {
+  std::vector<uint16_t> bits(t.numel() * static_cast<int64_t>(ag::element_size(t.dtype())) / 2);
+  std::memcpy(bits.data(), t.data_ptr(), bits.size() * 2);
+  return bits;
+}
+
+// relu?(op(a) op(b) + bias) through sgemm with the given micro-kernel, as stored bits; a holds a
+// NaN and an inf.
+std::vector<uint16_t> sgemm_bits(const Case& c, DType dtype, Transpose ta, Transpose tb, kc::Epilogue epilogue,
+                                 const kc::MicroKernel& kernel, uint64_t seed) {
+  const auto a_shape = stored(c.m, c.k, ta), b_shape = stored(c.k, c.n, tb);
+  Tensor a = Tensor::from_vector(agt::random_values(c.m * c.k, -1, 1, seed), a_shape, dtype);
+  const Tensor b = Tensor::from_vector(agt::random_values(c.k * c.n, -1, 1, seed + 1), b_shape, dtype);
+  const Tensor bias = Tensor::from_vector(agt::random_values(c.n, -1, 1, seed + 2), {c.n}, dtype);
+  if (c.m * c.k > 3) {  // a NaN and an inf in a: the relu epilogue must keep NaN, as ops::relu does
+    std::vector<double> values = a.to_double_vector();
+    values[1] = std::nan("");
+    values[3] = INFINITY;
+    a = Tensor::from_vector(values, a_shape, dtype);
+  }
+  const auto view = [&](const Tensor& t, Transpose tr) {
+    const int64_t cols = t.size(1);
+    return tr == Transpose::kYes ? kc::MatrixView{t.data_ptr(), dtype, 1, cols}
+                                 : kc::MatrixView{t.data_ptr(), dtype, cols, 1};
+  };
+  Tensor out = ag::zeros({c.m, c.n}, dtype);
+  kc::sgemm(c.m, c.n, c.k, view(a, ta), view(b, tb), {bias.data_ptr(), dtype, 0, 1}, out.data_ptr(), dtype,
+            {.epilogue = epilogue, .kernel = &kernel});
+  return stored_bits(out);
+}
+
+TEST(GemmLevels, EveryLevelThisCpuRunsGivesTheBaselineBits) {
+  const kc::MicroKernel& baseline = kc::micro_kernel(ag::CpuIsa::kBaseline);
+  const Case cases[] = {{5, 17, 3}, {9, 40, 70}, {64, 64, 64}, {130, 200, 530}, {40, 70, 1100}};
+  int compared = 0;
+  for (ag::CpuIsa isa : {ag::CpuIsa::kAvx2, ag::CpuIsa::kAvx512}) {
+    if (!ag::cpu_supports(isa)) {
+      std::printf("[  SKIPPED ] level %s: %s\n", ag::cpu_isa_name(isa), ag::cpu_unsupported_reason(isa).c_str());
+      continue;
+    }
+    const kc::MicroKernel& kernel = kc::micro_kernel(isa);
+    if (&kernel == &baseline) {
+      std::printf("level %s: the baseline kernel (%s)\n", ag::cpu_isa_name(isa), kernel.name);
+      continue;
+    }
+    std::printf("level %s: kernel %s against %s\n", ag::cpu_isa_name(isa), kernel.name, baseline.name);
+    uint64_t seed = 100;
+    for (const Case& c : cases) {
+      for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+        for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
+          for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
+            for (kc::Epilogue e : {kc::Epilogue::kNone, kc::Epilogue::kRelu}) {
+              SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " k " << c.k << " "
+                                                << ag::dtype_name(dtype) << " " << ::testing::PrintToString(ta) << " "
+                                                << ::testing::PrintToString(tb) << " relu " << (e == kc::Epilogue::kRelu));
+              seed += 3;
+              ASSERT_EQ(sgemm_bits(c, dtype, ta, tb, e, kernel, seed), sgemm_bits(c, dtype, ta, tb, e, baseline, seed));
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "this CPU runs no kernel other than the baseline's";
+}
+
+TEST(GemmLevels, ReluEpilogueIsReluOfTheProduct) {
+  // Fused relu against relu applied afterwards, bit for bit, NaN and inf inputs included, with
+  // every kernel this CPU runs (the default one included).
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    for (const Case& c : {Case{3, 5, 2}, Case{50, 70, 90}}) {
+      const kc::MicroKernel& kernel = kc::default_micro_kernel();
+      const std::vector<uint16_t> plain =
+          sgemm_bits(c, dtype, Transpose::kNo, Transpose::kYes, kc::Epilogue::kNone, kernel, 7);
+      const std::vector<uint16_t> fused =
+          sgemm_bits(c, dtype, Transpose::kNo, Transpose::kYes, kc::Epilogue::kRelu, kernel, 7);
+      Tensor plain_t = Tensor::empty({c.m, c.n}, dtype);
+      std::memcpy(plain_t.data_ptr(), plain.data(), plain.size() * 2);
+      const Tensor relu = ag::ops::relu(plain_t);
+      EXPECT_EQ(fused, stored_bits(relu)) << ag::dtype_name(dtype) << " m " << c.m;
+      const std::vector<double> values = relu.to_double_vector();
+      EXPECT_TRUE(std::any_of(values.begin(), values.end(), [](double v) { return std::isnan(v); }));
+      EXPECT_TRUE(std::any_of(values.begin(), values.end(), [](double v) { return v == 0.0; }));
+    }
+  }
+}
+
+TEST(GemmLevels, TheDefaultKernelFollowsAmpgradCpuIsa) {
+  const kc::MicroKernel& expected = kc::micro_kernel(ag::effective_cpu_isa());
+  EXPECT_EQ(&kc::default_micro_kernel(), &expected);
+  if (ag::effective_cpu_isa() == ag::CpuIsa::kBaseline) {
+    EXPECT_EQ(&kc::default_micro_kernel(), &kc::micro_kernel(ag::CpuIsa::kBaseline));
+  }
+  std::printf("AMPGRAD_CPU_ISA=%s: GEMM kernel %s\n", std::getenv("AMPGRAD_CPU_ISA") ? std::getenv("AMPGRAD_CPU_ISA") : "(unset)",
+              kc::default_micro_kernel().name);
 }
 
 }  // namespace
