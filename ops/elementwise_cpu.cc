@@ -201,25 +201,23 @@ void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
 
 namespace {
 
-// Half relu on the raw bits with integer masks (no conversion, no branch), which GCC vectorises;
-// written over Half values the loop stayed scalar and was 10% of an AMP mlp step.
-//   x <= 0: magnitude 0, or sign set and not NaN (magnitude <= 0x7c00, inf included).
-//   x > 0:  sign clear, magnitude in (0, 0x7c00].   NaN is neither, so relu keeps it.
+// Half relu on the raw bits with integer masks (no conversion, no branch), which GCC vectorises
+// 16 lanes at a time; written over Half values, or with a conditional load of dy, the loops stayed
+// scalar with data-dependent branches (relu_backward was 4% of an AMP mlp step).
+//   keep x:  x > 0 (sign clear, bits > 0 as int16) or NaN (magnitude above inf's 0x7c00), so
+//   relu keeps NaN and maps -0, negatives and -inf to +0.
+inline uint16_t keep_mask(uint16_t b) {
+  const bool keep = static_cast<int16_t>(b) > 0 || (b & 0x7fffu) > 0x7c00u;
+  return static_cast<uint16_t>(0u - static_cast<unsigned>(keep));  // 0xffff or 0
+}
+
 void relu_half(const uint16_t* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t b = in[i], magnitude = b & 0x7fffu;
-    const bool nonpositive = magnitude == 0 || ((b & 0x8000u) != 0 && magnitude <= 0x7c00u);
-    out[i] = nonpositive ? uint16_t{0} : b;
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] & keep_mask(in[i]);
 }
 
 // dx = x <= 0 ? 0 : dy, so a NaN input passes its gradient (as PyTorch's threshold_backward).
 void relu_backward_half(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t b = x[i], magnitude = b & 0x7fffu;
-    const bool nonpositive = magnitude == 0 || ((b & 0x8000u) != 0 && magnitude <= 0x7c00u);
-    dx[i] = nonpositive ? uint16_t{0} : dy[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] & keep_mask(x[i]);
 }
 
 }  // namespace
@@ -252,7 +250,10 @@ void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
       const T* in = x.data<T>();
       const T* g = dy.data<T>();
       T* out = dx.data<T>();
-      for (int64_t i = 0; i < n; ++i) out[i] = in[i] <= 0 ? T{0} : g[i];  // NaN passes dy
+      for (int64_t i = 0; i < n; ++i) {
+        const T gi = g[i];  // read unconditionally: a conditional read became a masked load
+        out[i] = in[i] <= 0 ? T{0} : gi;  // NaN passes dy
+      }
     }
   });
 }
