@@ -1,29 +1,36 @@
-// The CPU's float FMA peak, measured: 10 independent chains of 8-wide FMAs per thread (enough
-// to cover the FMA latency on two pipes), on 1 thread and then on every core. The GEMM figures in
-// bench/README.md are read against this number rather than a datasheet clock.
+// The CPU's float FMA peak, measured for each vector width it has: 12 independent chains of FMAs
+// per thread (enough to cover the FMA latency on two pipes), 8-wide (AVX2/FMA) and 16-wide
+// (AVX-512F, compiled for that target alone and run only where the CPU has it), on 1 thread and
+// on every core. The GEMM figures in bench/README.md are read against these numbers rather than a
+// datasheet clock. Each line gives the wall-clock rate and, for 1 thread, the rate per second of
+// CPU time the thread got (what a shared, busy machine still lets one compare).
 //   fma_peak [--seconds=S]
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "framework/cpu_features.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
 namespace {
 
-constexpr int kChains = 10;
+constexpr int kChains = 12;
 
-// Runs `iterations` rounds of kChains FMAs; returns a value so the work is not optimised away.
-float fma_chains(long iterations) {
+// Runs `iterations` rounds of kChains 8-wide FMAs; returns a value so the work is not optimised away.
+float fma_chains_avx2(long iterations) {
   __m256 acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(1.0f + 1e-7f * static_cast<float>(i));
   const __m256 a = _mm256_set1_ps(0.9999999f), b = _mm256_set1_ps(1e-7f);
   for (long it = 0; it < iterations; ++it) {
-#pragma GCC unroll 10
+#pragma GCC unroll 12
     for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
   }
   __m256 sum = acc[0];
@@ -31,16 +38,48 @@ float fma_chains(long iterations) {
   return _mm256_cvtss_f32(sum);
 }
 
-double gflops(int threads, double seconds) {
-  const long iterations = static_cast<long>(seconds * 3e8);  // ~1 s per thread at ~3 GHz
+// The same with 16-wide FMAs.
+[[gnu::target("avx512f")]] float fma_chains_avx512(long iterations) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(1.0f + 1e-7f * static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.9999999f), b = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct Rate {
+  double wall, cpu;  // GFLOP/s per wall-clock second (all threads), per CPU second (thread 0)
+};
+
+Rate gflops(int threads, double seconds, int width) {
+  const long iterations = static_cast<long>(seconds * 3e8 * 8 / width);  // ~1 s per thread at ~3 GHz, 2 pipes
   std::vector<std::thread> pool;
   std::vector<float> sink(static_cast<size_t>(threads));
+  double cpu0 = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { sink[static_cast<size_t>(t)] = fma_chains(iterations); });
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const double c = thread_cpu_seconds();
+      sink[static_cast<size_t>(t)] = width == 16 ? fma_chains_avx512(iterations) : fma_chains_avx2(iterations);
+      if (t == 0) cpu0 = thread_cpu_seconds() - c;
+    });
+  }
   for (std::thread& th : pool) th.join();
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (sink[0] == 12345.0f) std::puts("");  // keeps the result alive
-  return static_cast<double>(threads) * static_cast<double>(iterations) * kChains * 16 / elapsed / 1e9;
+  const double flop = static_cast<double>(iterations) * kChains * width * 2;
+  return {static_cast<double>(threads) * flop / elapsed / 1e9, flop / cpu0 / 1e9};
 }
 
 }  // namespace
@@ -52,9 +91,15 @@ int main(int argc, char** argv) {
     if (arg.rfind("--seconds=", 0) == 0) seconds = std::atof(arg.c_str() + 10);
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool avx512 = ampgrad::cpu_features().avx512f;
+  if (!avx512) std::puts("fma_peak avx512: skipped, this CPU has no avx512f");
   for (int round = 0; round < 3; ++round) {
-    std::printf("fma_peak 1 thread %.1f GFLOP/s, %d threads %.1f GFLOP/s\n", gflops(1, seconds), cores,
-                gflops(cores, seconds));
+    for (int width : {8, 16}) {
+      if (width == 16 && !avx512) continue;
+      const Rate one = gflops(1, seconds, width), all = gflops(cores, seconds, width);
+      std::printf("fma_peak %s 1 thread %.1f GFLOP/s (%.1f per CPU second), %d threads %.1f GFLOP/s\n",
+                  width == 16 ? "avx512" : "avx2", one.wall, one.cpu, cores, all.wall);
+    }
   }
   return 0;
 }

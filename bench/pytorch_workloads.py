@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """PyTorch (CPU) versions of bench/workloads.h, timed like bench/step_timer.cc.
 
-Usage: pytorch_workloads.py WORKLOAD [--seconds=S] [--threads=T (default 2)]
+Usage: pytorch_workloads.py WORKLOAD [--seconds=S] [--threads=T (default 2)] [--cpu-time]
 WORKLOAD: seed_fp32, seed_bf16 (CPU autocast, PyTorch's CPU AMP), mlp_sgd_fp32, mlp_adam_fp32,
           mlp_sgd_bf16, mlp_adam_bf16; fashion_fp32, fashion_fp16 (FP16 autocast + GradScaler, as
-          ampgrad's AMP; PyTorch >= 2.3, else it prints nan), fashion_bf16.
-Prints "WORKLOAD <median us per step over 5 chunks>". Standard library + torch only.
+          ampgrad's AMP; PyTorch >= 2.3, else it prints nan), fashion_bf16; single ops
+          (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16}.
+Prints "WORKLOAD <median us per step over 5 chunks>" (single ops: then GB/s or GFLOP/s).
+--cpu-time (1 thread only) times with the process's CPU clock, as step_timer --cpu-time does.
+--version prints the interpreter's torch version and its CPU capability. Standard library + torch only.
 """
 import sys
 import time
@@ -42,6 +45,21 @@ def make_fashion(name):
     return step
 
 
+def make_op(name):
+    """A single-op workload of bench/op_workloads.h: (function, bytes moved, FLOP)."""
+    dtype = torch.float16 if name.endswith("_fp16") else torch.float32
+    elem = 2 if dtype == torch.float16 else 4
+    if name.startswith("add_"):
+        bias = name.startswith("add_bias_")
+        x = torch.randn(64, 512, 768).to(dtype)
+        y = torch.randn(768).to(dtype) if bias else torch.randn(64, 512, 768).to(dtype)
+        return (lambda: x + y), (2 if bias else 3) * x.numel() * elem, 0
+    if name.startswith("bmm_"):
+        a, b = torch.randn(8, 12, 256, 64).to(dtype), torch.randn(8, 12, 64, 256).to(dtype)
+        return (lambda: torch.matmul(a, b)), 0, 2.0 * 96 * 256 * 256 * 64
+    return None
+
+
 def make(name):
     if name.startswith("fashion_"):
         return make_fashion(name)
@@ -70,22 +88,26 @@ def make(name):
     return step
 
 
+clock = time.perf_counter
+
+
 def median_seconds_per_call(fn, seconds):
     fn()
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    one = max(time.perf_counter() - t0, 1e-9)
+    one = max(clock() - t0, 1e-9)
     per_chunk = max(1, int(seconds / 5 / one))
     chunks = []
     for _ in range(5):
-        start = time.perf_counter()
+        start = clock()
         for _ in range(per_chunk):
             fn()
-        chunks.append((time.perf_counter() - start) / per_chunk)
+        chunks.append((clock() - start) / per_chunk)
     return sorted(chunks)[2]
 
 
 def main():
+    global clock
     name = sys.argv[1]
     seconds, threads = 2.0, 2
     for arg in sys.argv[2:]:
@@ -93,7 +115,21 @@ def main():
             seconds = float(arg.split("=", 1)[1])
         if arg.startswith("--threads="):
             threads = int(arg.split("=", 1)[1])
+        if arg == "--cpu-time":
+            clock = time.process_time
+    if clock is time.process_time and threads != 1:
+        sys.exit("pytorch_workloads: --cpu-time needs --threads=1")
     torch.set_num_threads(threads)  # Debian's torch starts with 1 thread here
+    if name == "--version":
+        print(f"torch {torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()})"
+              if hasattr(torch.backends, "cpu") else f"torch {torch.__version__}")
+        return
+    op = make_op(name)
+    if op is not None:
+        fn, size, flop = op
+        s = median_seconds_per_call(fn, seconds)
+        print(f"{name} {s * 1e6:.3f} {(size or flop) / s / 1e9:.2f}", flush=True)
+        return
     step = make(name)
     if step is None:
         print(f"{name}: needs a newer PyTorch than {torch.__version__}", file=sys.stderr)

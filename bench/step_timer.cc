@@ -1,15 +1,20 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
-//   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T]
+//   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time]
 // WORKLOAD: seed_fp32 seed_amp mlp_{sgd,adam}_{fp32,amp} fashion_{fp32,amp} gemm1024_{fp32,fp16} (prints GFLOP/s),
+//   the single ops of op_workloads.h (add_bias_*, add_residual_*, bmm_*, copy_bandwidth: prints
+//   "WORKLOAD <median us> <GB/s or GFLOP/s>"),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
 //   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps),
 //   memory_fashion_{fp32,amp} (live bytes and peak RSS after 1e2 and 1e4 fashion steps).
 // Prints "WORKLOAD <median us per step over 5 chunks>" (or the figures named above).
+// --cpu-time (1 thread only) times with the process's CPU clock instead of the wall clock: time
+// the process spent descheduled on a busy machine is then left out.
 //   step_timer ratio WORKLOAD_A WORKLOAD_B [--seconds=S] [--threads=T]
 // alternates short chunks of A and B in one process (this machine's speed drifts by 2x over
 // seconds, so separate runs cannot be compared) and prints "ratio A B <median us of A>
 // <median us of B> <median of the per-pair ratios B/A> <min> <max>".
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/op_workloads.h"
 #include "bench/workloads.h"
 
 namespace ag = ampgrad;
@@ -28,7 +34,14 @@ using ag::bench::Precision;
 
 namespace {
 
+bool use_cpu_time = false;
+
 double now_s() {
+  if (use_cpu_time) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -143,6 +156,11 @@ int run(const std::string& name, double seconds, long steps) {
     std::printf("%s %.2f\n", name.c_str(), 2.0 * 1024 * 1024 * 1024 / s / 1e9);
     return 0;
   }
+  if (const std::unique_ptr<ag::bench::OpWorkload> op = ag::bench::make_op_workload(name)) {
+    const double s = median_seconds_per_call(op->run, seconds);
+    std::printf("%s %.3f %.2f\n", name.c_str(), s * 1e6, (op->bytes > 0 ? op->bytes : op->flop) / s / 1e9);
+    return 0;
+  }
   const std::unique_ptr<ag::bench::Workload> w = make_workload(name);
   if (!w) return 2;
   if (steps > 0) {
@@ -174,6 +192,11 @@ int main(int argc, char** argv) {
     if (arg.rfind("--seconds=", 0) == 0) seconds = std::atof(arg.c_str() + 10);
     if (arg.rfind("--steps=", 0) == 0) steps = std::atol(arg.c_str() + 8);
     if (arg.rfind("--threads=", 0) == 0) ag::set_num_threads(std::atoi(arg.c_str() + 10));
+    if (arg == "--cpu-time") use_cpu_time = true;
+  }
+  if (use_cpu_time && ag::num_threads() != 1) {
+    std::fprintf(stderr, "step_timer: --cpu-time needs --threads=1 (a pool's waits would not count)\n");
+    return 2;
   }
   return ratio ? run_ratio(argv[2], argv[3], seconds) : run(argv[1], seconds, steps);
 }
