@@ -5,6 +5,11 @@
 #include <algorithm>
 #include <type_traits>
 
+#if defined(__F16C__) && defined(__AVX2__)
+#include <immintrin.h>
+#define AMPGRAD_HALF_ROWS_F16C 1
+#endif
+
 #include "framework/parallel.h"
 #include "ops/dropout_mask.h"
 #include "ops/elementwise_kernels.h"
@@ -62,11 +67,49 @@ int64_t inner_stride(const StridedPlan<N>& plan, int n) {
   return plan.rank > 0 ? plan.strides[n][plan.rank - 1] : 1;
 }
 
+#ifdef AMPGRAD_HALF_ROWS_F16C
+inline __m256 load_half8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// out[j] = f(a[j * sa], b[j * sb]) for j < n, each of a and b contiguous (stride 1) or one value
+// (stride 0): one pass, 8 at a time, widened and rounded in registers. The blocked path (widen
+// each operand into a buffer, add, round) ran 4 loops per block and reached 0.78 of this
+// machine's copy bandwidth on the [64,512,768] + [768] add. Same rounding: float math, RNE.
+template <typename F>
+void binary_half_row(const Half* a, int64_t sa, const Half* b, int64_t sb, Half* out, int64_t n, F f) {
+  const auto run = [&](auto load_a, auto load_b) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const __m128i rounded = _mm256_cvtps_ph(f(load_a(j), load_b(j)), _MM_FROUND_TO_NEAREST_INT);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), rounded);
+    }
+    for (; j < n; ++j) out[j] = float_to_half(f(half_to_float(a[j * sa]), half_to_float(b[j * sb])));
+  };
+  const __m256 a0 = _mm256_set1_ps(half_to_float(a[0])), b0 = _mm256_set1_ps(half_to_float(b[0]));
+  const auto row_a = [&](int64_t j) { return load_half8(a + j); };
+  const auto row_b = [&](int64_t j) { return load_half8(b + j); };
+  const auto one_a = [&](int64_t) { return a0; };
+  const auto one_b = [&](int64_t) { return b0; };
+  if (sa == 1 && sb == 1) return run(row_a, row_b);
+  if (sa == 1) return run(row_a, one_b);
+  if (sb == 1) return run(one_a, row_b);
+  run(one_a, one_b);
+}
+#endif
+
 // out = f(a, b) over the plan (operand 0 out, contiguous; 1 a; 2 b), in blocks of kBlock.
 template <typename T, typename F>
 void binary_plan(const T* a, const T* b, T* out, const StridedPlan<3>& plan, F f) {
   using C = ComputeType<T>;
   const int64_t sa = inner_stride(plan, 1), sb = inner_stride(plan, 2);
+#ifdef AMPGRAD_HALF_ROWS_F16C
+  if constexpr (std::is_same_v<T, Half>) {
+    if ((sa == 0 || sa == 1) && (sb == 0 || sb == 1)) {
+      return run_rows(plan, [&](const int64_t* offsets, int64_t inner) {
+        binary_half_row(a + offsets[1], sa, b + offsets[2], sb, out + offsets[0], inner, f);
+      });
+    }
+  }
+#endif
   run_rows(plan, [&](const int64_t* offsets, int64_t inner) {
     C wa[kBlock], wb[kBlock], wo[kBlock];
     for (int64_t start = 0; start < inner; start += kBlock) {

@@ -15,6 +15,7 @@
 #include "framework/half.h"
 #include "op_cases.h"
 #include "ops/elementwise_kernels.h"
+#include "ops/strided.h"
 #include "ops/ops.h"
 #include "test_util.h"
 
@@ -100,6 +101,54 @@ TEST(Relu, EveryHalfValueMatchesFloat) {
     if (!ok_forward || !ok_backward) {
       ADD_FAILURE_AT(__FILE__, __LINE__) << "bits 0x" << std::hex << i << ": relu " << out << ", grad " << grad;
       if (++mismatches > 5) return;
+    }
+  }
+}
+
+// FP16 add/sub/mul over rows long enough for the 8-wide kernel path (37: four vectors and a
+// tail), for each way an operand can be walked (a row, a broadcast row, one value), bit for bit
+// against the definition: widen both to float, compute in float, round once to nearest even.
+// The values reach overflow (inf) and subnormal results.
+TEST(ElementwiseHalf, LongRowsMatchFloatMathRoundedOnce) {
+  const std::pair<ag::Shape, ag::Shape> layouts[] = {
+      {{3, 37}, {3, 37}}, {{3, 37}, {37}}, {{37}, {3, 37}}, {{3, 37}, {}}, {{}, {3, 37}}, {{3, 1}, {1, 37}}};
+  struct Op {
+    const char* name;
+    Tensor (*op)(const Tensor&, const Tensor&);
+    float (*ref)(float, float);
+  };
+  const Op binaries[] = {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }, [](float a, float b) { return a + b; }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }, [](float a, float b) { return a - b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }, [](float a, float b) { return a * b; }},
+  };
+  uint64_t seed = 40;
+  for (const auto& [sa, sb] : layouts) {
+    for (const Op& op : binaries) {
+      // Magnitudes from 2^-14 to 2^15: sums overflow, products overflow and go subnormal.
+      const auto values = [&](const ag::Shape& shape) {
+        std::vector<double> v = agt::random_values(ag::shape_numel(shape), -1, 1, seed += 7);
+        for (size_t i = 0; i < v.size(); ++i) v[i] = std::ldexp(v[i], static_cast<int>(i % 30) - 14);
+        return Tensor::from_vector(v, shape, DType::kFloat16);
+      };
+      const Tensor a = values(sa), b = values(sb);
+      const Tensor out = op.op(a, b);
+      const ag::Shape shape = out.shape();
+      const ag::Shape a_strides = ag::kernels::broadcast_strides(sa, shape);
+      const ag::Shape b_strides = ag::kernels::broadcast_strides(sb, shape);
+      const int64_t cols = shape.back(), rows = out.numel() / cols;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const auto at = [&](const Tensor& t, const ag::Shape& strides) {
+            const int64_t offset = (strides.size() > 1 ? r * strides[strides.size() - 2] : 0) + c * strides.back();
+            return ag::half_to_float(t.data<ag::Half>()[offset]);
+          };
+          const uint16_t expected = ag::float_to_half(op.ref(at(a, a_strides), at(b, b_strides))).bits;
+          ASSERT_EQ(out.data<ag::Half>()[r * cols + c].bits, expected)
+              << op.name << " " << ::testing::PrintToString(sa) << " " << ::testing::PrintToString(sb) << " at " << r
+              << "," << c;
+        }
+      }
     }
   }
 }
