@@ -198,7 +198,6 @@ struct Problem {
   float* c_float;  // float result, or float partial sums of a Half result when k spans several blocks
   Half* c_half;    // Half result, or null
   const MicroKernel* kernel;
-  Epilogue epilogue;  // applied to the finished sums, before a Half result is rounded
   int64_t kc;         // k block size (k is cut into equal blocks of at most kernel->kc)
 };
 
@@ -220,21 +219,20 @@ void store_half_rows(const float* tile, int64_t tile_ld, int64_t mr, int64_t nr,
 
 // The kernel's tile of c at (i, j) with mr x nr valid entries, for k block [p0, p0 + kc). The first
 // k block starts from the bias (or zero), later ones from the float partial sums in c_float;
-// the last block applies the epilogue, and for a Half result rounds the sums into c_half.
+// the last block of a Half result rounds the sums into c_half.
 void compute_tile(const Problem& pb, const float* a_panel, const float* b_panel, int64_t i, int64_t j, int64_t mr,
                   int64_t nr, int64_t p0, int64_t kc) {
   const MicroKernel& kernel = *pb.kernel;
   const bool first = p0 == 0, last = p0 + kc == pb.k;
   const bool to_half = last && pb.c_half != nullptr;
-  const Epilogue epilogue = last ? pb.epilogue : Epilogue::kNone;
   const int64_t n = pb.n, tile_ld = kernel.nr;
   float* partial = first && to_half ? nullptr : pb.c_float + i * n + j;  // null: no float sums kept
   alignas(64) float tile[kMaxTile];
   if (mr == kernel.mr && nr == kernel.nr) {  // the common case: straight from and into c
     const float* init = first ? (pb.bias ? pb.bias + j : nullptr) : partial;
     const int64_t init_ld = first ? 0 : n;
-    if (!to_half) return kernel.run(kc, a_panel, b_panel, init, init_ld, partial, n, epilogue);
-    kernel.run(kc, a_panel, b_panel, init, init_ld, tile, tile_ld, epilogue);
+    if (!to_half) return kernel.run(kc, a_panel, b_panel, init, init_ld, partial, n);
+    kernel.run(kc, a_panel, b_panel, init, init_ld, tile, tile_ld);
     return store_half_rows(tile, tile_ld, mr, nr, pb.c_half + i * n + j, n);
   }
   // An edge tile: the kernel works on a zero-padded copy.
@@ -249,7 +247,7 @@ void compute_tile(const Problem& pb, const float* a_panel, const float* b_panel,
     std::copy_n(pb.bias + j, nr, tile);
     init = tile, init_ld = 0;
   }
-  kernel.run(kc, a_panel, b_panel, init, init_ld, tile, tile_ld, epilogue);
+  kernel.run(kc, a_panel, b_panel, init, init_ld, tile, tile_ld);
   if (to_half) return store_half_rows(tile, tile_ld, mr, nr, pb.c_half + i * n + j, n);
   for (int64_t r = 0; r < mr; ++r) std::copy_n(tile + r * tile_ld, nr, partial + r * n);
 }
@@ -319,14 +317,12 @@ void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, 
 void sgemm_direct(const Problem& pb) {
   const auto* a = static_cast<const float*>(pb.a.data);
   const auto* b = static_cast<const float*>(pb.b.data);
-  const bool relu = pb.epilogue == Epilogue::kRelu;
   for (int64_t i = 0; i < pb.m; ++i) {
     for (int64_t j = 0; j < pb.n; ++j) {
       float acc = pb.bias ? pb.bias[j] : 0.0f;
       for (int64_t p = 0; p < pb.k; ++p) {
         acc = std::fma(a[i * pb.a.row_stride + p * pb.a.col_stride], b[p * pb.b.row_stride + j * pb.b.col_stride], acc);
       }
-      if (relu && acc <= 0.0f) acc = 0.0f;  // NaN stays NaN, as in ops::relu
       if (pb.c_half) {
         pb.c_half[i * pb.n + j] = float_to_half(acc);
       } else {
@@ -359,7 +355,7 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
   if (m == 0 || n == 0) return;
   const bool c_half = c_dtype == DType::kFloat16;
   const MicroKernel& kernel = options.kernel != nullptr ? *options.kernel : default_micro_kernel();
-  Problem pb{m, n, k, a, b, static_cast<const float*>(bias.data), nullptr, nullptr, &kernel, options.epilogue, 0};
+  Problem pb{m, n, k, a, b, static_cast<const float*>(bias.data), nullptr, nullptr, &kernel, 0};
   if (bias.data != nullptr && bias.dtype == DType::kFloat16) {  // widened once into a buffer reused across calls
     thread_local Buffer wide_bias;
     float* wide = wide_bias.get(n);

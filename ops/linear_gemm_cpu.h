@@ -21,11 +21,10 @@ struct MatrixView {
 };
 
 struct GemmOptions {
-  Epilogue epilogue = Epilogue::kNone;  // kRelu: c = relu(a b + bias), fused into the store
   const MicroKernel* kernel = nullptr;  // null: default_micro_kernel(); tests pass each level's
 };
 
-/// c = epilogue(a b (+ bias[n] added to every row)), for a [m, k] and b [k, n], accumulated in
+/// c = a b (+ bias[n] added to every row), for a [m, k] and b [k, n], accumulated in
 /// float. c is row-major [m, n] of c_dtype (float32, or float16 rounded once from the float sum).
 /// bias is n contiguous values (float32 or float16), or a view with null data for none. Every
 /// kernel gives the same bits (each element is bias, then one FMA per k in order).

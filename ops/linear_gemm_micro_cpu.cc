@@ -23,12 +23,9 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-// relu as ops::relu computes it: x <= 0 gives +0, NaN stays NaN.
-inline float relu1(float x) { return x <= 0.0f ? 0.0f : x; }
-
 // The portable tile (a build without AVX2): the same sums in the same order, one FMA per k.
 void micro_kernel_portable(int64_t kc, const float* __restrict a, const float* __restrict b, const float* init,
-                           int64_t init_ld, float* c, int64_t ldc, Epilogue epilogue) {
+                           int64_t init_ld, float* c, int64_t ldc) {
   constexpr int kMR = 6, kNR = 16;
   float acc[kMR][kNR];
   for (int i = 0; i < kMR; ++i) {
@@ -39,22 +36,14 @@ void micro_kernel_portable(int64_t kc, const float* __restrict a, const float* _
       for (int j = 0; j < kNR; ++j) acc[i][j] = std::fma(a[p * kMR + i], b[p * kNR + j], acc[i][j]);
     }
   }
-  for (int i = 0; i < kMR; ++i) {
-    if (epilogue == Epilogue::kRelu) {
-      for (int j = 0; j < kNR; ++j) acc[i][j] = relu1(acc[i][j]);
-    }
-    std::memcpy(c + i * ldc, acc[i], sizeof(acc[i]));
-  }
+  for (int i = 0; i < kMR; ++i) std::memcpy(c + i * ldc, acc[i], sizeof(acc[i]));
 }
 
 #ifdef AMPGRAD_GEMM_AVX2
-inline __m256 relu8(__m256 x) { return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LE_OQ), x); }
-
 // Not inlined: inside the driver GCC runs short of registers and reloads b for every FMA, which
 // saturates the load ports (-10% measured).
 [[gnu::noinline]] void micro_kernel_avx2(int64_t kc, const float* __restrict a, const float* __restrict b,
-                                         const float* init, int64_t init_ld, float* c, int64_t ldc,
-                                         Epilogue epilogue) {
+                                         const float* init, int64_t init_ld, float* c, int64_t ldc) {
   constexpr int kMR = 6, kNR = 16;
   __m256 acc[kMR][2];
 #pragma GCC unroll 6
@@ -73,13 +62,6 @@ inline __m256 relu8(__m256 x) { return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_
       acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
     }
   }
-  if (epilogue == Epilogue::kRelu) {
-#pragma GCC unroll 6
-    for (int i = 0; i < kMR; ++i) {
-      acc[i][0] = relu8(acc[i][0]);
-      acc[i][1] = relu8(acc[i][1]);
-    }
-  }
 #pragma GCC unroll 6
   for (int i = 0; i < kMR; ++i) {
     _mm256_storeu_ps(c + i * ldc, acc[i][0]);
@@ -91,16 +73,11 @@ inline __m256 relu8(__m256 x) { return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_
 #ifdef AMPGRAD_GEMM_AVX512
 #define AMPGRAD_AVX512_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 
-[[AMPGRAD_AVX512_TARGET]] inline __m512 relu16(__m512 x) {
-  return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
-}
-
 // A kMR x (16 kNV) tile: kMR * kNV zmm accumulators, kNV b vectors per k.
 template <int kMR, int kNV>
 [[AMPGRAD_AVX512_TARGET, gnu::noinline]] void micro_kernel_avx512(int64_t kc, const float* __restrict a,
                                                                    const float* __restrict b, const float* init,
-                                                                   int64_t init_ld, float* c, int64_t ldc,
-                                                                   Epilogue epilogue) {
+                                                                   int64_t init_ld, float* c, int64_t ldc) {
   constexpr int kNR = 16 * kNV;
   __m512 acc[kMR][kNV];
 #pragma GCC unroll 16
@@ -118,13 +95,6 @@ template <int kMR, int kNV>
       const __m512 ai = _mm512_set1_ps(a[p * kMR + i]);
 #pragma GCC unroll 4
       for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
-    }
-  }
-  if (epilogue == Epilogue::kRelu) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kMR; ++i) {
-#pragma GCC unroll 4
-      for (int v = 0; v < kNV; ++v) acc[i][v] = relu16(acc[i][v]);
     }
   }
 #pragma GCC unroll 16

@@ -9,14 +9,11 @@
 
 namespace ampgrad::kernels::cpu {
 
-/// What happens to a finished tile (after the last k block) before it is stored.
-enum class Epilogue { kNone, kRelu };
-
-/// c[mr x nr] = epilogue(init + a_panel . b_panel), summed over kc. a_panel is packed [kc][mr], b_panel
+/// c[mr x nr] = init + a_panel . b_panel, summed over kc. a_panel is packed [kc][mr], b_panel
 /// [kc][nr] (64-byte aligned). init is null (zero) or mr rows of nr at init + i * init_ld (init_ld
 /// 0 repeats one row: the bias); init may alias c. c rows are ldc floats apart.
 using MicroKernelFn = void (*)(int64_t kc, const float* a_panel, const float* b_panel, const float* init,
-                               int64_t init_ld, float* c, int64_t ldc, Epilogue epilogue);
+                               int64_t init_ld, float* c, int64_t ldc);
 
 struct MicroKernel {
   const char* name;
