@@ -28,7 +28,7 @@ for arg in "$@"; do
     --make-venv) make_venv=1 ;;
     --isa=*) isa=${arg#--isa=} ;;
     --cpu-time) cpu_time=--cpu-time ;;
-    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
     *) positional+=("$arg") ;;
   esac
 done
