@@ -78,6 +78,8 @@ pairs=(
   "mlp Adam AMP (PyTorch: autocast bf16)|mlp_adam_amp|mlp_adam_bf16"
   "fashion MLP FP32|fashion_fp32|fashion_fp32"
   "fashion MLP AMP (PyTorch: fp16 + GradScaler)|fashion_amp|fashion_fp16"
+  "char_gpt FP32|gpt_fp32|gpt_fp32"
+  "char_gpt AMP (PyTorch: fp16 + GradScaler)|gpt_amp|gpt_fp16"
   "add [64,512,768]+[768] FP32|add_bias_fp32|add_bias_fp32"
   "add [64,512,768]+[768] FP16|add_bias_fp16|add_bias_fp16"
   "add residual [64,512,768] FP32|add_residual_fp32|add_residual_fp32"
@@ -138,6 +140,7 @@ PY
 "$timer" ratio mlp_sgd_fp32 mlp_sgd_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 "$timer" ratio mlp_adam_fp32 mlp_adam_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 "$timer" ratio fashion_fp32 fashion_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
+"$timer" ratio gpt_fp32 gpt_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 
 # GEMM speed (linear forward, 1024^3, median of 5 chunks) against the measured FMA peak, and memory.
 for w in gemm1024_fp32 gemm1024_fp16; do echo "$("$timer" "$w" --seconds="$seconds" --threads="$threads" $cpu_time) GFLOP/s ($threads threads)"; done
@@ -147,3 +150,4 @@ for w in gemm1024_fp32 gemm1024_fp16; do echo "$("$timer" "$w" --seconds="$secon
 "$timer" memory_mlp_fp32
 "$timer" memory_mlp_fp16params
 "$timer" memory_fashion_amp
+"$timer" memory_gpt_amp

@@ -4,12 +4,14 @@
 Usage: pytorch_workloads.py WORKLOAD [--seconds=S] [--threads=T (default 2)] [--cpu-time]
 WORKLOAD: seed_fp32, seed_bf16 (CPU autocast, PyTorch's CPU AMP), mlp_sgd_fp32, mlp_adam_fp32,
           mlp_sgd_bf16, mlp_adam_bf16; fashion_fp32, fashion_fp16 (FP16 autocast + GradScaler, as
-          ampgrad's AMP; PyTorch >= 2.3, else it prints nan), fashion_bf16; single ops
+          ampgrad's AMP; PyTorch >= 2.3, else it prints nan), fashion_bf16; gpt_fp32, gpt_fp16,
+          gpt_bf16 (examples/char_gpt's model and step); single ops
           (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16}.
 Prints "WORKLOAD <median us per step over 5 chunks>" (single ops: then GB/s or GFLOP/s).
 --cpu-time (1 thread only) times with the process's CPU clock, as step_timer --cpu-time does.
 --version prints the interpreter's torch version and its CPU capability. Standard library + torch only.
 """
+import os
 import sys
 import time
 
@@ -45,6 +47,46 @@ def make_fashion(name):
     return step
 
 
+def make_gpt(name):
+    """examples/char_gpt's step (bench/workloads.h GptWorkload): examples/gpt_pytorch.py's model at
+    4 layers, width 128, context 64, vocabulary 114; AdamW (0.9, 0.95) with weight decay 0.1 on
+    matrices only, clip_grad_norm_ 1.0 after unscale_, batch 16 of fixed random characters."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    from gpt_pytorch import GPT  # noqa: E402
+    torch.manual_seed(0)
+    model = GPT(114, 64, 4, 4, 128)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    x = torch.randint(0, 114, (16, 64))
+    y = torch.randint(0, 114, (16 * 64,))
+    dtype = {"gpt_fp16": torch.float16, "gpt_bf16": torch.bfloat16}.get(name)
+    scaler = None
+    if dtype == torch.float16:
+        if not hasattr(torch.amp, "GradScaler"):
+            return None  # no CPU GradScaler before PyTorch 2.3
+        scaler = torch.amp.GradScaler("cpu")
+
+    def step():
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y)
+        if scaler is None:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            scaler.step(opt)
+            scaler.update()
+
+    return step
+
+
 def make_op(name):
     """A single-op workload of bench/op_workloads.h: (function, bytes moved, FLOP)."""
     dtype = torch.float16 if name.endswith("_fp16") else torch.float32
@@ -63,6 +105,8 @@ def make_op(name):
 def make(name):
     if name.startswith("fashion_"):
         return make_fashion(name)
+    if name.startswith("gpt_"):
+        return make_gpt(name)
     torch.manual_seed(0)
     if name.startswith("seed"):
         model = torch.nn.Linear(10, 1)

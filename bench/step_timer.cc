@@ -1,11 +1,13 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
 //   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time]
-// WORKLOAD: seed_fp32 seed_amp mlp_{sgd,adam}_{fp32,amp} fashion_{fp32,amp} gemm1024_{fp32,fp16} (prints GFLOP/s),
+// WORKLOAD: seed_fp32 seed_amp mlp_{sgd,adam}_{fp32,amp} fashion_{fp32,amp} gpt_{fp32,amp}
+//   gemm1024_{fp32,fp16} (prints GFLOP/s),
 //   the single ops of op_workloads.h (add_bias_*, add_residual_*, bmm_*, copy_bandwidth: prints
 //   "WORKLOAD <median us> <GB/s or GFLOP/s>"),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
 //   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps),
-//   memory_fashion_{fp32,amp} (live bytes and peak RSS after 1e2 and 1e4 fashion steps).
+//   memory_fashion_{fp32,amp} (live bytes and peak RSS after 1e2 and 1e4 fashion steps),
+//   memory_gpt_{fp32,amp} (live bytes after 20 and 200 char_gpt steps, peak RSS).
 // Prints "WORKLOAD <median us per step over 5 chunks>" (or the figures named above).
 // --cpu-time (1 thread only) times with the process's CPU clock instead of the wall clock: time
 // the process spent descheduled on a busy machine is then left out.
@@ -68,12 +70,13 @@ double median_seconds_per_call(const std::function<void()>& fn, double seconds) 
   return chunks[2];
 }
 
-std::unique_ptr<ag::bench::Workload> make_workload(const std::string& name) {
+std::unique_ptr<ag::bench::Steppable> make_workload(const std::string& name) {
   const Precision precision = name.ends_with("_amp") ? Precision::kAmp : Precision::kFp32;
   if (name.rfind("seed_", 0) == 0) return std::make_unique<ag::bench::Workload>(ag::bench::seed_workload(precision));
   if (name.rfind("fashion_", 0) == 0) {
     return std::make_unique<ag::bench::Workload>(ag::bench::fashion_workload(precision));
   }
+  if (name.rfind("gpt_", 0) == 0) return std::make_unique<ag::bench::GptWorkload>(precision);
   if (name.rfind("mlp_", 0) == 0) {
     const Optim optim = name.rfind("mlp_adam", 0) == 0 ? Optim::kAdam : Optim::kSgd;
     return std::make_unique<ag::bench::Workload>(ag::bench::mlp_workload(precision, optim));
@@ -91,7 +94,7 @@ double median(std::vector<double> v) {
 int run_ratio(const std::string& name_a, const std::string& name_b, double seconds) {
   const auto a = make_workload(name_a), b = make_workload(name_b);
   if (!a || !b) return 2;
-  const auto seconds_per_step = [](ag::bench::Workload& w) {
+  const auto seconds_per_step = [](ag::bench::Steppable& w) {
     w.step();
     const double t0 = now_s();
     w.step();
@@ -99,7 +102,7 @@ int run_ratio(const std::string& name_a, const std::string& name_b, double secon
   };
   const int steps_a = std::max(1, static_cast<int>(0.01 / seconds_per_step(*a)));
   const int steps_b = std::max(1, static_cast<int>(0.01 / seconds_per_step(*b)));
-  const auto chunk = [](ag::bench::Workload& w, int steps) {
+  const auto chunk = [](ag::bench::Steppable& w, int steps) {
     const double start = now_s();
     for (int i = 0; i < steps; ++i) w.step();
     return (now_s() - start) / steps;
@@ -139,6 +142,16 @@ int run(const std::string& name, double seconds, long steps) {
                 static_cast<long long>(ag::memory_stats(ag::Device::kCPU).current_bytes), rss_1e2, peak_rss_mib());
     return 0;
   }
+  if (name.rfind("memory_gpt_", 0) == 0) {
+    ag::bench::GptWorkload w(name.ends_with("_amp") ? Precision::kAmp : Precision::kFp32);
+    for (int i = 0; i < 20; ++i) w.step();
+    const int64_t bytes_20 = ag::memory_stats(ag::Device::kCPU).current_bytes;
+    for (int i = 20; i < 200; ++i) w.step();
+    std::printf("%s live_bytes_20 %lld live_bytes_200 %lld peak_rss_mib %.2f\n", name.c_str(),
+                static_cast<long long>(bytes_20), static_cast<long long>(ag::memory_stats(ag::Device::kCPU).current_bytes),
+                peak_rss_mib());
+    return 0;
+  }
   if (name.rfind("memory_mlp_", 0) == 0) {
     const bool fp16 = name == "memory_mlp_fp16params";
     ag::bench::Workload w = ag::bench::mlp_workload(fp16 ? Precision::kAmp : Precision::kFp32, Optim::kAdam,
@@ -161,7 +174,7 @@ int run(const std::string& name, double seconds, long steps) {
     std::printf("%s %.3f %.2f\n", name.c_str(), s * 1e6, (op->bytes > 0 ? op->bytes : op->flop) / s / 1e9);
     return 0;
   }
-  const std::unique_ptr<ag::bench::Workload> w = make_workload(name);
+  const std::unique_ptr<ag::bench::Steppable> w = make_workload(name);
   if (!w) return 2;
   if (steps > 0) {
     const double start = now_s();

@@ -1,6 +1,7 @@
 // End-to-end training steps (zero_grad, forward, loss, backward, step), FP32 and AMP:
 //   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256;
-//   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128.
+//   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128;
+//   gpt: examples/char_gpt's step (4 layers, width 128, context 64, batch 16).
 // Memory: live CPU bytes after 1e3 and 1e5 seed steps, and after 1e2 and 1e4 fashion AMP steps
 // (each pair must be equal).
 #include <benchmark/benchmark.h>
@@ -27,6 +28,11 @@ void BM_MlpStep(benchmark::State& state, Precision precision, Optim optim) {
 
 void BM_FashionStep(benchmark::State& state, Precision precision) {
   Workload w = ag::bench::fashion_workload(precision);
+  for (auto _ : state) w.step();
+}
+
+void BM_GptStep(benchmark::State& state, Precision precision) {
+  ag::bench::GptWorkload w(precision);
   for (auto _ : state) w.step();
 }
 
@@ -66,4 +72,6 @@ BENCHMARK_CAPTURE(BM_MlpStep, amp_adam, Precision::kAmp, Optim::kAdam)->Unit(ben
 BENCHMARK_CAPTURE(BM_SeedMemory, amp, Precision::kAmp)->Iterations(1)->Unit(benchmark::kSecond);
 BENCHMARK_CAPTURE(BM_FashionStep, fp32, Precision::kFp32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_FashionStep, amp, Precision::kAmp)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GptStep, fp32, Precision::kFp32)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GptStep, amp, Precision::kAmp)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_FashionMemory, amp, Precision::kAmp)->Iterations(1)->Unit(benchmark::kSecond);

@@ -1,14 +1,18 @@
 // The training-step workloads shared by train_bench and step_timer (and mirrored in
 // pytorch_workloads.py): zero_grad, forward, loss, backward, step.
 //   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256;
-//   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128.
+//   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128;
+//   gpt: examples/char_gpt's step (4 layers, width 128, context 64, batch 16, AdamW, clipping).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "ampgrad.h"
+#include "examples/char_gpt_train.h"
 #include "examples/fashion.h"
 
 namespace ampgrad::bench {
@@ -16,7 +20,13 @@ namespace ampgrad::bench {
 enum class Precision { kFp32, kAmp };
 enum class Optim { kSgd, kAdam };
 
-struct Workload {
+/// A training step to time.
+struct Steppable {
+  virtual ~Steppable() = default;
+  virtual void step() = 0;
+};
+
+struct Workload : Steppable {
   std::unique_ptr<nn::Sequential> model;
   std::unique_ptr<optim::Optimizer> opt;
   amp::GradScaler scaler;
@@ -38,7 +48,7 @@ struct Workload {
     y = randn({batch, out});
   }
 
-  void step() {
+  void step() override {
     opt->zero_grad();
     Tensor loss;
     {
@@ -74,5 +84,42 @@ inline Workload fashion_workload(Precision precision) {
   w.labels = Tensor::from_vector(labels, {kBatch});
   return w;
 }
+
+/// examples/char_gpt's own training step (char_gpt::train_step: its model, AdamW groups,
+/// clip_grad_norm_ after unscale_, GradScaler) at the example's default size, on one fixed batch of
+/// random characters from a 114-character vocabulary (the size of the fortunes text's).
+struct GptWorkload : Steppable {
+  char_gpt::TrainOptions options;
+  gpt::GPT model;
+  optim::AdamW opt;
+  amp::GradScaler scaler;
+  Tensor x, y;
+
+  explicit GptWorkload(Precision precision)
+      : options(make_options(precision)),
+        model((manual_seed(0), options.model)),
+        opt(char_gpt::make_optimizer(model, options)),
+        scaler({.enabled = precision == Precision::kAmp}) {
+    std::vector<int64_t> ids(static_cast<size_t>(options.batch_size * options.model.block_size + 1));
+    uint64_t state = 1;
+    for (int64_t& id : ids) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      id = static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(options.model.vocab_size));
+    }
+    std::tie(x, y) = char_gpt::batch_for_step(ids, options, 0);
+  }
+
+  void step() override {
+    bool stepped = false;
+    char_gpt::train_step(model, opt, scaler, x, y, options, stepped);
+  }
+
+  static char_gpt::TrainOptions make_options(Precision precision) {
+    char_gpt::TrainOptions o;
+    o.model.vocab_size = 114;
+    o.precision = precision == Precision::kAmp ? char_gpt::Precision::kFloat16Amp : char_gpt::Precision::kFloat32;
+    return o;
+  }
+};
 
 }  // namespace ampgrad::bench
