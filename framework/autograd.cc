@@ -88,7 +88,12 @@ namespace {
 // A first gradient that nothing else can see (no other handle, no shared storage, no history)
 // becomes the leaf's grad as it is, as in PyTorch; anything else is copied, since it may be shared
 // with other consumers. Taking it saves a full copy of every weight gradient per step.
-void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad) {
+void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad, uint64_t pass) {
+  static std::atomic<uint64_t> writes{0};
+  if (leaf.grad_pass != pass) {
+    leaf.grad_pass = pass;
+    leaf.grad_order = ++writes;
+  }
   Tensor g = std::move(grad);
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);  // a leaf's gradient has the leaf's dtype
   if (leaf.grad.defined()) return accumulate_(leaf.grad, g);
@@ -123,15 +128,15 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
   if (seed.dtype() != root.dtype()) seed = seed.detach().to(root.dtype());
 
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
+  static std::atomic<uint64_t> passes{0};
+  const uint64_t pass = ++passes;
   if (!root.grad_fn()) {
-    accumulate_into_leaf(*root.impl(), std::move(seed));
+    accumulate_into_leaf(*root.impl(), std::move(seed), pass);
     return;
   }
   // Every node reachable from the root, sorted so that each runs after all nodes that feed it
   // grads. A node's inputs were recorded before it, so descending sequence numbers are a valid
   // topological order: this is replaying the tape backwards.
-  static std::atomic<uint64_t> passes{0};
-  const uint64_t pass = ++passes;
   Node* root_node = root.grad_fn().get();
   thread_local std::vector<Node*> order, stack;  // reused: no allocations in a steady loop
   order.clear();
@@ -170,7 +175,7 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
       Tensor& g = grad_inputs[i];
       if (!g.defined()) continue;
       if (edge.leaf) {
-        accumulate_into_leaf(*edge.leaf, std::move(g));
+        accumulate_into_leaf(*edge.leaf, std::move(g), pass);
       } else if (edge.node) {
         Tensor& slot = edge.node->pending_grad_;
         if (!slot.defined()) {

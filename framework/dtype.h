@@ -1,5 +1,5 @@
 // Element types: every fact about a dtype (name, size, file-format name, precision class,
-// promotion rank, storage and compute types) lives in its DTypeTraits row below, and nowhere else.
+// promotion rank, range, storage and compute types) lives in its DTypeTraits row below, and nowhere else.
 #pragma once
 
 #include <array>
@@ -27,6 +27,11 @@ struct DTypeInfo {
   bool is_low_precision;  // a 16-bit float: autocast's compute dtype, kept with an FP32 master copy
   int promotion_rank;     // binary ops promote to the input of highest rank
   double eps;             // gap between 1 and the next value (2^-23 for float32): the precision unit
+  // The range, for floating dtypes (what underflows and overflows, e.g. in gradient statistics);
+  // an integer row holds its largest value (rounded to a double) and 1.
+  double max;            // largest finite value: 65504 for float16
+  double min_normal;     // smallest positive normal value: 2^-14 for float16
+  double min_subnormal;  // smallest positive value, min_normal * eps: 2^-24 for float16
 };
 
 /// One row per dtype: Storage is the C++ type kernels read and write, Compute the one they
@@ -35,23 +40,25 @@ template <DType D> struct DTypeTraits;
 template <> struct DTypeTraits<DType::kFloat32> {
   using Storage = float;
   using Compute = float;
-  static constexpr DTypeInfo info{"float32", "F32", 4, true, false, 2, 0x1p-23};
+  static constexpr DTypeInfo info{"float32", "F32", 4, true, false, 2, 0x1p-23,
+                                  0x1.fffffep+127, 0x1p-126, 0x1p-149};
 };
 template <> struct DTypeTraits<DType::kFloat16> {
   using Storage = Half;
   using Compute = float;
-  static constexpr DTypeInfo info{"float16", "F16", 2, true, true, 1, 0x1p-10};
+  static constexpr DTypeInfo info{"float16", "F16", 2, true, true, 1, 0x1p-10, 65504.0, 0x1p-14, 0x1p-24};
 };
 template <> struct DTypeTraits<DType::kFloat64> {
   using Storage = double;
   using Compute = double;
-  static constexpr DTypeInfo info{"float64", "F64", 8, true, false, 3, 0x1p-52};
+  static constexpr DTypeInfo info{"float64", "F64", 8, true, false, 3, 0x1p-52,
+                                  0x1.fffffffffffffp+1023, 0x1p-1022, 0x1p-1074};
 };
 /// Labels, token ids and indices: never differentiable, never autocast.
 template <> struct DTypeTraits<DType::kInt64> {
   using Storage = int64_t;
   using Compute = int64_t;
-  static constexpr DTypeInfo info{"int64", "I64", 8, false, false, 0, 1.0};
+  static constexpr DTypeInfo info{"int64", "I64", 8, false, false, 0, 1.0, 0x1p63, 1.0, 1.0};
 };
 
 inline constexpr std::array<DTypeInfo, kNumDTypes> kDTypeTable = {
@@ -63,6 +70,18 @@ inline constexpr std::array<DType, kNumDTypes> kAllDTypes = {DType::kFloat32, DT
 inline constexpr std::array<DType, 3> kFloatingDTypes = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
 
 constexpr const DTypeInfo& dtype_info(DType dtype) { return kDTypeTable[static_cast<size_t>(dtype)]; }
+
+/// Every floating row states its range: a row added without it (zeros) fails to compile here.
+constexpr bool floating_ranges_are_set() {
+  for (const DTypeInfo& info : kDTypeTable) {
+    if (info.is_floating && !(info.min_subnormal > 0 && info.min_subnormal == info.min_normal * info.eps &&
+                              info.min_normal < info.max)) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(floating_ranges_are_set(), "a floating dtype row needs max, min_normal and min_subnormal");
 constexpr std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }
 constexpr size_t element_size(DType dtype) { return dtype_info(dtype).size; }
 constexpr bool is_low_precision(DType dtype) { return dtype_info(dtype).is_low_precision; }

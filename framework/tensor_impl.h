@@ -31,6 +31,10 @@ struct TensorImpl {
   Tensor grad;                     // same dtype, shape and device as this tensor
   Tensor master;                   // FP32 master copy, for lower-precision parameters an optimizer owns
   std::shared_ptr<Node> grad_fn;   // the recorded op that produced this tensor; null for leaves
+  // Leaves: when the latest backward pass first wrote this gradient, on one process-wide count.
+  // Ordering parameters by it gives the order the backward reached them (GradScaler's skip report).
+  uint64_t grad_pass = 0;   // that pass
+  uint64_t grad_order = 0;  // that write
 };
 
 }  // namespace ampgrad

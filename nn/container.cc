@@ -11,7 +11,7 @@ std::shared_ptr<Module> ModuleList::ptr(size_t index) const {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (const auto& [name, module] : named_children()) h = module->forward(h);
+  for (const auto& [name, module] : named_children()) h = (*module)(h);  // with its forward hooks
   return h;
 }
 

@@ -20,6 +20,8 @@ struct Module::State {
   std::deque<std::pair<std::string, Tensor>> buffers;
   Named<std::shared_ptr<Module>> children;
   bool training = true;
+  std::vector<std::pair<int64_t, ForwardHook>> forward_hooks;
+  int64_t next_hook_id = 1;
 };
 
 Module::Module() : state_(std::make_shared<State>()) {}
@@ -35,6 +37,27 @@ std::string Module::type_name() const {
 Tensor Module::forward(const Tensor&) {
   AG_FAIL(type_name(), "::forward: this module has no forward(x); hint: a ModuleList is a container, call its ",
           "modules; a custom module overrides Tensor forward(const Tensor& x)");
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  Tensor out = forward(x);
+  if (!state_->forward_hooks.empty()) {
+    // A copy: a hook may add or remove hooks.
+    const std::vector<std::pair<int64_t, ForwardHook>> hooks = state_->forward_hooks;
+    for (const auto& [id, hook] : hooks) hook(*this, x, out);
+  }
+  return out;
+}
+
+int64_t Module::register_forward_hook(ForwardHook hook) {
+  AG_CHECK(hook != nullptr, type_name(), "::register_forward_hook: the hook is empty");
+  const int64_t id = state_->next_hook_id++;
+  state_->forward_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Module::remove_forward_hook(int64_t id) {
+  std::erase_if(state_->forward_hooks, [id](const auto& entry) { return entry.first == id; });
 }
 
 void Module::check_new_name(const std::string& name, const char* what) const {

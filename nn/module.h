@@ -2,6 +2,8 @@
 // buffers, children and training flag live in one shared state, so a copy is the same module.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -33,7 +35,16 @@ class Module {
 
   /// The module's computation. The default throws (a ModuleList, for one, has none).
   virtual Tensor forward(const Tensor& x);
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// forward(x), then the forward hooks. Containers run their children this way.
+  Tensor operator()(const Tensor& x);
+
+  /// hook(module, input, output), called after each forward run through operator() (PyTorch's
+  /// register_forward_hook), e.g. to look for inf/NaN in activations.
+  using ForwardHook = std::function<void(Module& module, const Tensor& input, const Tensor& output)>;
+  /// Adds a hook, shared by every handle of the module; returns an id for remove_forward_hook.
+  int64_t register_forward_hook(ForwardHook hook);
+  /// Removes a hook by id (an unknown or already removed id is ignored).
+  void remove_forward_hook(int64_t id);
 
   // Registration. A name is non-empty, has no '.', and is unique among the module's parameters,
   // buffers and children. The returned reference stays valid while any handle to the module
