@@ -35,7 +35,9 @@ Tensor GradScaler::scale(const Tensor& loss) {
   AG_CHECK(loss.defined(), "GradScaler::scale: the loss is undefined");
   scaled_this_iteration_ = true;
   const Tensor wide = is_low_precision(loss.dtype()) ? loss.to(DType::kFloat32) : loss;
-  return ops::scale(wide, scale_);
+  Tensor scaled = ops::scale(wide, scale_);
+  diag_.losses.emplace_back(loss.detach(), scaled.detach());  // looked at only if the step is skipped
+  return scaled;
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt) {
@@ -51,11 +53,13 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   // Collect every (gradient, FP32 destination) pair first, so the CUDA ones are unscaled and
   // checked in one fused launch with one host sync (see unscale_and_check_all).
   std::vector<Tensor> grads, outs;
+  std::vector<size_t> indices;  // of the parameters with a gradient
   for (size_t i = 0; i < opt.parameters().size(); ++i) {
     const Tensor& p = opt.parameters()[i];
     Tensor grad = p.grad();
     if (!grad.defined()) continue;
     grads.push_back(grad);
+    indices.push_back(i);
     if (p.dtype() == DType::kFloat32) {
       outs.push_back(grad);
     } else {
@@ -65,7 +69,13 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
       outs.push_back(master_grad);
     }
   }
-  const bool found_inf = unscale_and_check_all(grads, inv_scale, outs);
+  // With statistics due, the same pass also measures every gradient (unscale_measure.cc).
+  std::vector<GradCounts> counts;
+  const bool measure = grad_stats_due();
+  const bool found_inf =
+      measure ? unscale_check_and_measure_all(grads, inv_scale, outs, make_format_table(low_precision_dtypes()), counts)
+              : unscale_and_check_all(grads, inv_scale, outs);
+  diagnose(opt.parameters(), indices, grads, outs, found_inf, measure ? &counts : nullptr);
   it.stage = Stage::kUnscaled;
   it.found_inf = found_inf;
 }
@@ -110,6 +120,7 @@ void GradScaler::update() {
     if (std::isfinite(grown)) set_scale(grown);
     growth_tracker_ = 0;
   }
+  ++iteration_;
   start_next_iteration();
 }
 
@@ -118,6 +129,7 @@ void GradScaler::update(double new_scale) {
   AG_CHECK(std::isfinite(new_scale) && new_scale > 0, "GradScaler::update(new_scale): must be finite and > 0, got ",
            new_scale);
   set_scale(new_scale);
+  ++iteration_;
   start_next_iteration();
 }
 
@@ -133,6 +145,7 @@ void GradScaler::set_scale(double scale) {
 void GradScaler::start_next_iteration() {
   iterations_.clear();
   scaled_this_iteration_ = false;
+  end_diagnostics_iteration();
 }
 
 double GradScaler::get_scale() const { return options_.enabled ? scale_ : 1.0; }

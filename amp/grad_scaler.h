@@ -3,12 +3,26 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <optional>
+#include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
+#include "amp/grad_counts.h"
+#include "amp/grad_stats.h"
+#include "amp/skip_report.h"
 #include "framework/tensor.h"
 #include "optim/optimizer.h"
 
+namespace ampgrad::nn {
+class Module;
+}
+
 namespace ampgrad::amp {
+
+class ForwardWatch;
 
 struct GradScalerOptions {
   double init_scale = 65536.0;
@@ -57,7 +71,51 @@ class GradScaler {
   GradScalerState state() const;
   void load_state(const GradScalerState& state);
 
+  // Diagnostics (README, "AMP diagnostics"); none of them changes what the scaler does.
+  /// Names the parameters in reports, as Module::named_parameters() gives them, matched to the
+  /// optimizers' parameters by identity (the handle). An unnamed one is "param<i>", i its index
+  /// in its optimizer.
+  void set_parameter_names(const std::vector<std::pair<std::string, Tensor>>& named);
+  /// Gradient statistics (amp/grad_stats.h), measured by unscale_ in the same pass, in every
+  /// iteration whose number is a multiple of `every` (1: every step; 0: never, the default).
+  void set_grad_stats_interval(int64_t every);
+  /// Measures them in this iteration's unscale_ as well.
+  void request_grad_stats();
+  /// The latest statistics measured (nullptr before any), for every optimizer unscaled in that
+  /// iteration; replaced by the next iteration that measures.
+  const GradStatsReport* grad_stats() const;
+  /// Why the latest skipped step was skipped (nullptr if none was). Built by unscale_ when it
+  /// finds an inf/NaN, at the cost of one more pass over that iteration's gradients.
+  const SkipReport* last_skip() const;
+  /// Watches `model`'s module outputs for inf/NaN (a ForwardWatch), so a skip report can name the
+  /// module whose activation was already non-finite in the forward. Costs a read of every module
+  /// output per training forward; unwatch_forward() removes the hooks.
+  void watch_forward(nn::Module& model);
+  void unwatch_forward();
+  /// The number of update() calls so far: the iteration statistics and skip reports carry.
+  int64_t iteration() const { return iteration_; }
+
  private:
+  /// Diagnostic state: names, the statistics schedule, the losses of this iteration, reports.
+  struct Diagnostics {
+    std::unordered_map<const TensorImpl*, std::pair<Tensor, std::string>> names;  // the handle keeps the key alive
+    int64_t stats_every = 0;
+    bool stats_requested = false;
+    std::optional<GradStatsReport> stats;
+    std::optional<SkipReport> skip;
+    std::vector<std::pair<Tensor, Tensor>> losses;  // this iteration's (loss, scaled loss), detached
+    std::shared_ptr<ForwardWatch> watch;
+  };
+  bool grad_stats_due() const;
+  std::string parameter_name(const Tensor& param, size_t index) const;
+  /// After unscale_'s pass over opt's gradients (params[k] has gradient grads[k], unscaled into
+  /// outs[k]): files the statistics (counts non-null) and, on inf/NaN, the skip report.
+  void diagnose(const std::vector<Tensor>& params, const std::vector<size_t>& indices, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& outs, bool found_inf, const std::vector<GradCounts>* counts);
+  InfOrigin find_origin(std::string& module) const;
+  /// Drops this iteration's losses, forgets a one-off request and rearms the forward watch.
+  void end_diagnostics_iteration();
+
   enum class Stage { kReady, kUnscaled, kStepped };
   struct Iteration {
     Stage stage = Stage::kReady;
@@ -73,6 +131,8 @@ class GradScaler {
   bool scaled_this_iteration_ = false;
   bool warned_below_one_ = false;
   std::unordered_map<const optim::Optimizer*, Iteration> iterations_;
+  int64_t iteration_ = 0;
+  Diagnostics diag_;
 };
 
 }  // namespace ampgrad::amp

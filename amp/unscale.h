@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "amp/grad_counts.h"
 #include "framework/tensor.h"
 
 namespace ampgrad::amp {
@@ -16,6 +17,20 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out);
 /// CUDA tensors are handled by ONE fused launch and ONE host sync for the flag, whatever their number.
 bool unscale_and_check_all(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs);
 
+/// unscale_and_check_all that also measures every gradient in the same pass (one fused launch on
+/// CUDA): counts[k] (resized and zeroed here) gets grads[k]'s counts against `formats` (see
+/// grad_counts.h). The unscaled values are bit-identical to unscale_and_check_all's.
+bool unscale_check_and_measure_all(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs,
+                                   const FormatTable& formats, std::vector<GradCounts>& counts);
+
+/// The measurement alone, writing nothing: gradients (or any floating tensors) carrying the scale
+/// 1 / inv_scale. counts is resized and zeroed.
+void measure_all(const std::vector<Tensor>& grads, double inv_scale, const FormatTable& formats,
+                 std::vector<GradCounts>& counts);
+
+/// Whether any element of a floating tensor (CPU or CUDA) is inf or NaN; false for integer tensors.
+bool any_nonfinite(const Tensor& values);
+
 namespace cuda {
 /// For every k: outs[k] (float32, CUDA) = grads[k] * inv_scale (product in double, rounded once to
 /// float), in ONE kernel launch over all tensors; sets found_inf[0] = 1.0f (a float32 CUDA tensor
@@ -23,6 +38,12 @@ namespace cuda {
 /// (PyTorch's _amp_foreach_non_finite_check_and_unscale_ idea; in unscale_cuda.cu.)
 void unscale_and_check_multi(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs,
                              Tensor& found_inf);
+
+/// The same launch that also measures: counts (an int64 CUDA tensor of grads.size() *
+/// sizeof(GradCounts) / 8 elements, zeroed by the caller) receives one GradCounts per gradient.
+/// outs may be null: then nothing is written and found_inf may be undefined (measure only).
+void unscale_check_and_measure_multi(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>* outs,
+                                     Tensor* found_inf, const FormatTable& formats, Tensor& counts);
 }  // namespace cuda
 
 }  // namespace ampgrad::amp

@@ -1,0 +1,47 @@
+// Why GradScaler skipped a step: where the inf/NaN came from (the forward or the backward) and
+// which parameters' gradients held one, in the order the backward wrote them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ampgrad::amp {
+
+/// Where the inf/NaN of a skipped step came from, decided in this order (the first that applies):
+enum class InfOrigin {
+  kForwardActivation,  // a watched module's output held one (GradScaler::watch_forward)
+  kForwardLoss,        // the loss given to scale() was already inf/NaN
+  kScaledLoss,         // the loss was finite, but loss * scale overflowed float32
+  kBackward,           // the forward was finite: a gradient overflowed (or became NaN) in the backward
+};
+std::string_view origin_name(InfOrigin origin);
+
+/// One parameter whose gradient held inf/NaN values.
+struct NonfiniteGrad {
+  std::string name;
+  int64_t infs = 0;
+  int64_t nans = 0;
+  int64_t numel = 0;
+  uint64_t backward_order = 0;  // when the latest backward to reach it first wrote it (smaller: earlier)
+};
+
+struct SkipReport {
+  int64_t iteration = 0;  // the scaler's iteration (its update() count)
+  double scale = 1.0;     // the scale the step ran at
+  InfOrigin origin = InfOrigin::kBackward;
+  std::string module;     // kForwardActivation: the module's name in named_modules() ("" is the model)
+  double loss = 0.0;      // the first loss given to scale() in the iteration
+  /// Every parameter whose gradient held inf/NaN, in the order the backward first wrote them:
+  /// an inf flows from where it arose toward the inputs, so the first is nearest its origin.
+  /// Empty when no gradient of this process held one (another process's did).
+  std::vector<NonfiniteGrad> grads;
+
+  /// The first parameter (grads.front().name), or "" when grads is empty.
+  std::string culprit() const;
+  /// One paragraph: "step skipped at iteration 12, scale 2^16: the inf/NaN arose in the backward; ...".
+  std::string to_string() const;
+};
+
+}  // namespace ampgrad::amp
