@@ -3,7 +3,11 @@
 #pragma once
 
 #include "amp/autocast.h"
+#include "amp/forward_watch.h"
 #include "amp/grad_scaler.h"
+#include "amp/grad_stats.h"
+#include "amp/grad_stats_log.h"
+#include "amp/skip_report.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "data/idx.h"

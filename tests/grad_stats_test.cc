@@ -3,13 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <map>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include "amp/grad_scaler.h"
 #include "amp/grad_stats.h"
+#include "amp/grad_stats_log.h"
 #include "amp/unscale.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
@@ -21,6 +26,8 @@
 #include "ops/ops.h"
 #include "optim/sgd.h"
 #include "test_util.h"
+#include "utils/event_reader.h"
+#include "utils/summary_writer.h"
 
 namespace ag = ampgrad;
 namespace amp = ampgrad::amp;
@@ -351,6 +358,90 @@ TEST(GradScalerStats, MeasuredOnTheirScheduleWithNames) {
   }
   EXPECT_EQ(measured, (std::vector<int64_t>{0, 2, 3, 4}));
   EXPECT_THROW(scaler.set_grad_stats_interval(-1), ag::Error);
+}
+
+TEST(GradStatsLog, ExponentHistogramBucketsAreTheBins) {
+  amp::ExponentHistogram h;
+  EXPECT_EQ(amp::exponent_histogram_proto(h).num, 0);
+  h.counts[static_cast<size_t>(-20 - amp::kMinExponent)] = 3;
+  h.counts[static_cast<size_t>(-18 - amp::kMinExponent)] = 2;
+  h.zeros = 9;  // left out
+  const ag::utils::Histogram p = amp::exponent_histogram_proto(h);
+  EXPECT_EQ(p.bucket_limit, (std::vector<double>{-20, -19, -18, -17}));
+  EXPECT_EQ(p.bucket, (std::vector<double>{0, 3, 0, 2}));
+  EXPECT_EQ(p.num, 5);
+  EXPECT_EQ(p.min, -20);
+  EXPECT_EQ(p.max, -17);
+  EXPECT_DOUBLE_EQ(p.sum, 3 * -19.5 + 2 * -17.5);
+  EXPECT_DOUBLE_EQ(p.sum_squares, 3 * 19.5 * 19.5 + 2 * 17.5 * 17.5);
+}
+
+TEST(GradStatsLog, WritesScalarsAndHistogramsThatReadBack) {
+  const Crafted c = crafted();
+  Tensor p = ag::zeros({static_cast<int64_t>(c.values.size())});
+  p.set_requires_grad(true);
+  p.set_grad(tensor_of(c.values, DType::kFloat32));
+  Tensor q = ag::zeros({2});
+  q.set_requires_grad(true);
+  q.set_grad(Tensor::from_vector(std::vector<float>{0x1p-3f, 0.0f}, {2}));
+  const amp::GradStatsReport report = amp::measure_grad_stats({{"layer.w", p}, {"layer.b", q}}, 1024.0, 7);
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("grad_stats_log_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::string path;
+  {
+    ag::utils::SummaryWriter writer(dir.string());
+    amp::add_grad_stats(writer, report, 7);
+    path = writer.file_path();
+  }
+  std::map<std::string, float> scalars;
+  std::map<std::string, ag::utils::Histogram> histograms;
+  for (const ag::utils::Event& e : ag::utils::read_events(path)) {
+    for (const ag::utils::SummaryValue& v : e.values) {
+      EXPECT_EQ(e.step, 7);
+      if (v.simple_value) scalars[v.tag] = *v.simple_value;
+      if (v.histo) histograms[v.tag] = *v.histo;
+    }
+  }
+  const double n = static_cast<double>(c.values.size());
+  EXPECT_FLOAT_EQ(scalars.at("grad/layer.w/zero"), static_cast<float>(c.zeros / n));
+  EXPECT_FLOAT_EQ(scalars.at("grad/layer.w/subnormal"), static_cast<float>(c.subnormal / n));
+  EXPECT_FLOAT_EQ(scalars.at("grad/layer.w/underflow"), static_cast<float>(c.underflow / n));
+  EXPECT_FLOAT_EQ(scalars.at("grad/layer.w/overflow"), static_cast<float>(c.overflow / n));
+  EXPECT_FLOAT_EQ(scalars.at("grad/layer.w/max_abs"), 70000.0f);
+  EXPECT_FLOAT_EQ(scalars.at("grad/layer.b/zero"), 0.5f);
+  EXPECT_FLOAT_EQ(scalars.at("grad/layer.b/headroom_log2"), static_cast<float>(std::log2(65504.0 / 0.125)));
+  EXPECT_FLOAT_EQ(scalars.at("grad/all/zero"), static_cast<float>((c.zeros + 1) / (n + 2)));
+  EXPECT_FLOAT_EQ(scalars.at("amp/scale_log2"), 10.0f);
+  const amp::ScaleRecommendation r = amp::recommend_scale(report.total().histogram);
+  EXPECT_FLOAT_EQ(scalars.at("amp/recommended_scale_log2"), static_cast<float>(r.log2_scale));
+  // The histogram of layer.b: one value, 2^-3 / 1024 = 2^-13.
+  const ag::utils::Histogram& hb = histograms.at("grad_exponent/layer.b");
+  EXPECT_EQ(hb.bucket_limit, (std::vector<double>{-13, -12}));
+  EXPECT_EQ(hb.bucket, (std::vector<double>{0, 1}));
+  // The total's buckets hold every nonzero finite unscaled value.
+  EXPECT_EQ(histograms.at("grad_exponent/all").num, static_cast<double>(report.total().histogram.nonzero_finite()));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GradStatsLog, RawHistogramsAreChecked) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("raw_histogram_" + std::to_string(::getpid()));
+  ag::utils::SummaryWriter writer(dir.string());
+  const auto raw = [&](std::vector<double> limits, std::vector<double> counts, double num) {
+    ag::utils::Histogram h{.num = num};
+    h.bucket_limit = std::move(limits);
+    h.bucket = std::move(counts);
+    writer.add_histogram_raw("h", h, 0);
+  };
+  EXPECT_NO_THROW(raw({1, 2}, {0, 3}, 3));
+  EXPECT_THROW(raw({1, 2}, {3}, 3), ag::Error);      // lengths differ
+  EXPECT_THROW(raw({2, 1}, {0, 3}, 3), ag::Error);   // limits decrease
+  EXPECT_THROW(raw({1, 2}, {0, -1}, -1), ag::Error); // negative count
+  EXPECT_THROW(raw({1, 2}, {0, 3}, 4), ag::Error);   // num is not the sum
+  EXPECT_THROW(raw({}, {}, 0), ag::Error);
+  writer.close();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GradStatsCuda, MatchesTheCpu) {

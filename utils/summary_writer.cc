@@ -184,6 +184,24 @@ void SummaryWriter::add_histogram(const std::string& tag, const Tensor& values, 
   add_histogram(tag, std::span<const float>(host), step, bins, wall_time);
 }
 
+void SummaryWriter::add_histogram_raw(const std::string& tag, const Histogram& histogram, int64_t step,
+                                      std::optional<double> wall_time) {
+  const size_t n = histogram.bucket_limit.size();
+  AG_CHECK(n > 0 && histogram.bucket.size() == n, "add_histogram_raw(", tag, "): ", n, " bucket limits and ",
+           histogram.bucket.size(), " counts; they must be as many, and at least one");
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    AG_CHECK(i == 0 || histogram.bucket_limit[i - 1] < histogram.bucket_limit[i], "add_histogram_raw(", tag,
+             "): bucket limits must increase, got ", histogram.bucket_limit[i - 1], " then ", histogram.bucket_limit[i]);
+    AG_CHECK(histogram.bucket[i] >= 0, "add_histogram_raw(", tag, "): bucket ", i, " has a negative count ",
+             histogram.bucket[i]);
+    total += histogram.bucket[i];
+  }
+  AG_CHECK(total == histogram.num, "add_histogram_raw(", tag, "): the counts sum to ", total, " but num is ",
+           histogram.num);
+  add_value({.tag = tag, .simple_value = {}, .histo = histogram}, step, wall_time);
+}
+
 void SummaryWriter::flush() {
   if (closed_) return;
   file_->flush();

@@ -77,6 +77,12 @@ class SummaryWriter {
   void add_histogram(const std::string& tag, const Tensor& values, int64_t step,
                      HistogramBins bins = HistogramBins::tensorflow(), std::optional<double> wall_time = std::nullopt);
 
+  /// A histogram bucketed by the caller (PyTorch's add_histogram_raw): bucket[i] counts the values
+  /// in (bucket_limit[i-1], bucket_limit[i]]. Throws unless the two have the same nonzero length,
+  /// the limits increase and the counts are >= 0 and sum to num.
+  void add_histogram_raw(const std::string& tag, const Histogram& histogram, int64_t step,
+                         std::optional<double> wall_time = std::nullopt);
+
   void flush();
   void close();  // later add_* calls throw; a second close() does nothing
   const std::string& get_logdir() const { return log_dir_; }
