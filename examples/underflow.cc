@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <vector>
 
@@ -45,6 +46,10 @@ Result train(Mode mode, const Config& config) {
     scaler_options.init_scale = scaler_options.min_scale = scaler_options.max_scale = config.static_scale;
   }
   ag::amp::GradScaler scaler(scaler_options);
+  if (mode == Mode::kFp16DynamicScale) {
+    scaler.set_parameter_names(model.named_parameters());
+    scaler.set_grad_stats_interval(config.stats_every);
+  }
 
   Result result;
   int64_t zeros = 0, total = 0;
@@ -56,7 +61,13 @@ Result train(Mode mode, const Config& config) {
       ag::amp::AutocastGuard autocast(dev, ag::DType::kFloat16, /*enabled=*/fp16);
       loss = ag::ops::mse_loss(model(x), y) * static_cast<float>(config.loss_weight);
     }
+    result.losses.push_back(loss.item() / config.loss_weight);
+    result.scales.push_back(scaler.get_scale());
     scaler.scale(loss).backward();
+    if (step == 0) {
+      // The true gradients: the stored ones carry the scale.
+      result.histogram = ag::amp::measure_grad_stats(model.named_parameters(), scaler.get_scale()).total().histogram;
+    }
     // Gradients as the FP16 backward produced them (still scaled): count exact zeros.
     for (const ag::Tensor& p : model.parameters()) {
       for (float g : p.grad().to_vector()) {
@@ -65,7 +76,14 @@ Result train(Mode mode, const Config& config) {
         if (!fp16 && step == 0) magnitudes.push_back(std::fabs(g));
       }
     }
-    result.skipped_steps += scaler.step(opt) ? 0 : 1;
+    if (!scaler.step(opt)) {
+      ++result.skipped_steps;
+      result.skipped.push_back(step);
+    }
+    if (const ag::amp::GradStatsReport* stats = scaler.grad_stats(); stats != nullptr && stats->iteration == step) {
+      result.recommended = ag::amp::recommend_scale(stats->total().histogram);
+      result.scale_at_recommendation = stats->scale;
+    }
     scaler.update();
   }
   {
@@ -79,6 +97,88 @@ Result train(Mode mode, const Config& config) {
   }
   result.final_scale = scaled ? scaler.get_scale() : 1.0;
   return result;
+}
+
+std::vector<Mode> all_modes() {
+  return {Mode::kFp32, Mode::kFp16NoScaling, Mode::kFp16StaticScale, Mode::kFp16DynamicScale};
+}
+
+std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>& runs, const std::string& dir) {
+  namespace utils = ag::utils;
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> paths;
+  const auto steps_of = [](size_t n) {
+    std::vector<double> xs(n);
+    for (size_t i = 0; i < n; ++i) xs[i] = static_cast<double>(i);
+    return xs;
+  };
+
+  utils::Chart loss{.title = "training loss: FP32 and FP16 with and without loss scaling",
+                    .xlabel = "step",
+                    .ylabel = "MSE (log scale)",
+                    .log_y = true};
+  for (const auto& [mode, r] : runs) {
+    loss.series.push_back({.name = mode_name(mode), .x = steps_of(r.losses.size()), .y = r.losses});
+  }
+  paths.push_back((std::filesystem::path(dir) / "loss.png").string());
+  utils::plot_png(loss, paths.back());
+
+  const Result* dynamic = nullptr;
+  for (const auto& [mode, r] : runs) {
+    if (mode == Mode::kFp16DynamicScale) dynamic = &r;
+  }
+  if (dynamic != nullptr) {
+    utils::Chart scale{.title = "dynamic loss scale (GradScaler)",
+                       .xlabel = "step",
+                       .ylabel = "loss scale (log scale)",
+                       .log_y = true};
+    scale.series.push_back({.name = "scale", .x = steps_of(dynamic->scales.size()), .y = dynamic->scales,
+                            .style = utils::SeriesStyle::kSteps});
+    utils::Series skipped{.name = "skipped step", .style = utils::SeriesStyle::kPoints};
+    for (int64_t s : dynamic->skipped) {
+      skipped.x.push_back(static_cast<double>(s));
+      skipped.y.push_back(dynamic->scales[static_cast<size_t>(s)]);
+    }
+    // gnuplot cannot draw an empty series: say "none" in the title instead.
+    if (skipped.x.empty()) {
+      scale.title += ", no skipped step";
+    } else {
+      scale.series.push_back(skipped);
+    }
+    paths.push_back((std::filesystem::path(dir) / "scale.png").string());
+    utils::plot_png(scale, paths.back());
+
+    // Exponents of the true gradients, and where the final scale moves them.
+    const ag::amp::ExponentHistogram& h = dynamic->histogram;
+    const int shift = static_cast<int>(std::lround(std::log2(dynamic->final_scale)));
+    utils::Series truth{.name = "true gradients (step 0)", .style = utils::SeriesStyle::kBoxes};
+    utils::Series scaled{.name = "times the final scale 2^" + std::to_string(shift),
+                         .style = utils::SeriesStyle::kBoxes};
+    for (int e = h.min_exponent(); e <= h.max_exponent(); ++e) {
+      if (h.count(e) == 0) continue;
+      truth.x.push_back(e + 0.5);
+      truth.y.push_back(static_cast<double>(h.count(e)));
+      scaled.x.push_back(e + shift + 0.5);
+      scaled.y.push_back(static_cast<double>(h.count(e)));
+    }
+    if (!truth.x.empty()) {
+      const double lo = std::min(-30.0, truth.x.front() - 2), hi = std::max(18.0, scaled.x.back() + 2);
+      utils::Chart exponents{.title = "gradient exponents against FP16's ranges",
+                             .xlabel = "log2 |gradient|",
+                             .ylabel = "values",
+                             .series = {truth, scaled},
+                             .shaded = {{.from = lo, .to = -24, .label = "flushed to 0", .color = "#f4cccc"},
+                                        {.from = -24, .to = -14, .label = "subnormal", .color = "#fff2cc"},
+                                        {.from = -14, .to = 16, .label = "normal", .color = "#d9ead3"},
+                                        {.from = 16, .to = hi, .label = "overflow", .color = "#f4cccc"}},
+                             .x_range = std::pair{lo, hi},
+                             .width = 900,
+                             .height = 400};
+      paths.push_back((std::filesystem::path(dir) / "grad_exponents.png").string());
+      utils::plot_png(exponents, paths.back());
+    }
+  }
+  return paths;
 }
 
 }  // namespace underflow

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ampgrad.h"
 
@@ -19,6 +21,15 @@ struct Result {
   double median_abs_fp32_grad = 0.0;  // typical true gradient magnitude (FP32 run), for the table
   int64_t skipped_steps = 0;
   double final_scale = 1.0;           // 1 when no scaling is used
+  // Per step, for the plots:
+  std::vector<double> losses;         // the unweighted training loss of that step's forward
+  std::vector<double> scales;         // the loss scale that step ran at (1 without scaling)
+  std::vector<int64_t> skipped;       // the steps GradScaler skipped
+  // The true (unscaled) gradients' exponents at step 0, and, for the dynamic scaler, what its
+  // gradient statistics recommend at the last step they were measured.
+  ampgrad::amp::ExponentHistogram histogram;
+  ampgrad::amp::ScaleRecommendation recommended;
+  double scale_at_recommendation = 1.0;  // GradScaler's actual scale at that step
 };
 
 struct Config {
@@ -26,9 +37,19 @@ struct Config {
   double loss_weight = 1e-4;   // a small loss weight, as in multi-task training: makes gradients tiny
   double static_scale = 1048576.0;  // 2^20
   ampgrad::Device device = ampgrad::Device::kCPU;
+  int64_t stats_every = 100;   // the dynamic scaler's gradient statistics: every this many steps
 };
 
 /// Trains the same seeded model on the same seeded data in `mode` and reports what happened.
 Result train(Mode mode, const Config& config = {});
+
+/// The modes, in the order the demo runs them.
+std::vector<Mode> all_modes();
+
+/// Draws the runs into `dir` (created): loss.png (every mode's loss, log scale), scale.png (the
+/// dynamic scaler's scale and skipped steps), grad_exponents.png (the true gradients' exponent
+/// histogram and the same scaled by the dynamic scaler's final scale, over FP16's ranges).
+/// Returns the paths written. Needs gnuplot (utils::gnuplot_available()).
+std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>& runs, const std::string& dir);
 
 }  // namespace underflow

@@ -1,22 +1,52 @@
 // Why loss scaling matters, made visible: the same training run in FP32, and in FP16 autocast
 // without scaling, with a static scale and with the dynamic GradScaler.
+//   underflow_demo [--plot DIR]   DIR: loss.png, scale.png, grad_exponents.png (needs gnuplot)
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "examples/underflow.h"
 
-int main() {
+int main(int argc, char** argv) {
   using underflow::Mode;
+  std::string plot_dir;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
+      plot_dir = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--plot DIR]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!plot_dir.empty() && !ampgrad::utils::gnuplot_available()) {
+    std::fprintf(stderr, "--plot needs gnuplot (Debian: gnuplot-nox), which is not on PATH\n");
+    return 1;
+  }
   underflow::Config config;
   std::printf("Teacher-student MLP 32-64-1, Adam lr 1e-3, %lld steps, loss weighted by %.0e\n",
               static_cast<long long>(config.steps), config.loss_weight);
-  const underflow::Result fp32 = underflow::train(Mode::kFp32, config);
+  std::vector<std::pair<Mode, underflow::Result>> runs;
+  for (Mode mode : underflow::all_modes()) runs.emplace_back(mode, underflow::train(mode, config));
   std::printf("median |true gradient| at step 0: %.2e (FP16's smallest subnormal is 6.0e-08)\n\n",
-              fp32.median_abs_fp32_grad);
+              runs.front().second.median_abs_fp32_grad);
   std::printf("%-26s %12s %12s %10s %12s\n", "mode", "final loss", "zero grads", "skipped", "final scale");
-  for (Mode mode : {Mode::kFp32, Mode::kFp16NoScaling, Mode::kFp16StaticScale, Mode::kFp16DynamicScale}) {
-    const underflow::Result r = mode == Mode::kFp32 ? fp32 : underflow::train(mode, config);
+  for (const auto& [mode, r] : runs) {
     std::printf("%-26s %12.4e %11.1f%% %10lld %12.0f\n", underflow::mode_name(mode).c_str(), r.final_loss,
                 100.0 * r.zero_grad_fraction, static_cast<long long>(r.skipped_steps), r.final_scale);
+  }
+  const underflow::Result& dynamic = runs.back().second;
+  if (!dynamic.recommended.empty) {
+    std::printf("\ngradient statistics (every %lld steps): recommended scale %s (%.2f%% of values underflow "
+                "there), GradScaler's scale %s\n",
+                static_cast<long long>(config.stats_every),
+                ampgrad::amp::format_scale(dynamic.recommended.scale).c_str(),
+                100.0 * dynamic.recommended.underflow_fraction,
+                ampgrad::amp::format_scale(dynamic.scale_at_recommendation).c_str());
+  }
+  if (!plot_dir.empty()) {
+    for (const std::string& path : underflow::write_plots(runs, plot_dir)) std::printf("wrote %s\n", path.c_str());
   }
   return 0;
 }

@@ -1,6 +1,14 @@
 // The underflow demo's claim, asserted: FP16 without loss scaling stalls on tiny gradients
 // (most gradient values flush to zero), while static and dynamic loss scaling track FP32.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "examples/underflow.h"
 
@@ -31,6 +39,55 @@ TEST(UnderflowDemo, ScalingRescuesTinyGradients) {
   }
   EXPECT_EQ(fixed.final_scale, 1048576.0);
   EXPECT_EQ(dynamic.final_scale, 65536.0);
+
+  // The per-step records behind the plots.
+  EXPECT_EQ(dynamic.losses.size(), 400u);
+  EXPECT_EQ(dynamic.scales.front(), 65536.0);
+  EXPECT_NEAR(dynamic.losses.back(), dynamic.final_loss, 0.2 * dynamic.final_loss);
+  // The dynamic scaler's statistics recommend a scale that keeps the gradients finite in FP16
+  // and loses under 0.1% of them; the true gradients sit far below FP16's normal range.
+  ASSERT_FALSE(dynamic.recommended.empty);
+  EXPECT_TRUE(dynamic.recommended.meets_underflow);
+  EXPECT_GE(dynamic.recommended.scale, dynamic.scale_at_recommendation);
+  EXPECT_LT(dynamic.histogram.max_exponent(), -10);
+  EXPECT_EQ(dynamic.histogram.nonzero_finite() + dynamic.histogram.zeros, 32 * 64 + 64 + 64 + 1);
+}
+
+// The size PNG files claim in their IHDR chunk (width, height), or {0, 0} if not a PNG.
+std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(24, '\0');
+  in.read(head.data(), 24);
+  if (!in || head.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || head.compare(12, 4, "IHDR") != 0) return {0, 0};
+  const auto be32 = [&](size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = v << 8 | static_cast<unsigned char>(head[at + i]);
+    return v;
+  };
+  return {be32(16), be32(20)};
+}
+
+TEST(UnderflowDemo, PlotsAreNonEmptyPngsOfTheExpectedSize) {
+  if (!ampgrad::utils::gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed (Debian: gnuplot-nox)";
+  underflow::Config config;
+  config.steps = 60;
+  config.stats_every = 20;
+  std::vector<std::pair<Mode, underflow::Result>> runs;
+  for (Mode mode : underflow::all_modes()) runs.emplace_back(mode, underflow::train(mode, config));
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("underflow_plots_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> paths = underflow::write_plots(runs, dir.string());
+  ASSERT_EQ(paths.size(), 3u);
+  const std::vector<std::pair<std::string, std::pair<uint32_t, uint32_t>>> expected = {
+      {"loss.png", {800, 480}}, {"scale.png", {800, 480}}, {"grad_exponents.png", {900, 400}}};
+  for (size_t i = 0; i < paths.size(); ++i) {
+    SCOPED_TRACE(paths[i]);
+    EXPECT_EQ(std::filesystem::path(paths[i]).filename(), expected[i].first);
+    EXPECT_GT(std::filesystem::file_size(paths[i]), 1000u);
+    EXPECT_EQ(png_size(paths[i]), expected[i].second);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
