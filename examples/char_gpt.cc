@@ -1,12 +1,14 @@
 // Trains a character-level GPT on a text (by default every text of Debian's fortunes package),
 // printing train and validation loss as it goes and a sample at the end. --amp trains with FP16
 // autocast and a GradScaler. --save writes a checkpoint (it loads in PyTorch); --resume continues one.
+// --plot=DIR draws the loss (and with --amp the loss scale) into DIR/*.png through gnuplot.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include "examples/char_gpt_train.h"
+#include "examples/training_plots.h"
 
 namespace ag = ampgrad;
 
@@ -16,7 +18,7 @@ void usage(const char* program) {
   std::fprintf(stderr,
                "usage: %s [--data=PATH] [--amp] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
                "          [--embd=N] [--lr=X] [--seed=N] [--eval-every=N] [--save=FILE] [--resume=FILE]\n"
-               "          [--sample=N]\n",
+               "          [--sample=N] [--plot=DIR]\n",
                program);
 }
 
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
   std::string data = "/usr/share/games/fortunes";
   char_gpt::TrainOptions options;
   int64_t sample_length = 200;
+  std::string plot_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
       else if (key == "--save") options.save_path = value;
       else if (key == "--resume") options.resume_path = value;
       else if (key == "--sample") sample_length = std::stoll(value);
+      else if (key == "--plot" && !value.empty()) plot_dir = value;
       else {
         usage(argv[0]);
         return 2;
@@ -80,6 +84,14 @@ int main(int argc, char** argv) {
     if (amp) std::printf(", %lld steps skipped, final scale %.0f", static_cast<long long>(result.skipped), result.scale.back());
     std::printf("\n");
     if (!options.save_path.empty()) std::printf("checkpoint: %s\n", options.save_path.c_str());
+    if (!plot_dir.empty()) {
+      const training_plots::Curves curves{.title = std::string("char_gpt, ") + (amp ? "FP16 AMP" : "FP32"),
+                                          .first_step = result.first_step,
+                                          .train_loss = result.train_loss,
+                                          .val_loss = result.val_loss,
+                                          .scale = amp ? result.scale : std::vector<double>{}};
+      for (const std::string& path : training_plots::write(curves, plot_dir)) std::printf("wrote %s\n", path.c_str());
+    }
     if (sample_length > 0) {
       std::printf("sample:\n%s\n", char_gpt::sample(model, corpus, "\n", sample_length, options.seed).c_str());
     }

@@ -1,13 +1,17 @@
 // Trains an MLP classifier on Fashion-MNIST in FP32 or, with --amp, with FP16 autocast and a
 // GradScaler; prints the loss and test accuracy after each epoch (progress and times on stderr).
 //   ./bazelw run //examples:fashion_mnist -- [--amp] [--data DIR] [--epochs N] [--train-samples N]
+//       [--plot DIR] [--logdir DIR]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "examples/fashion.h"
+#include "examples/training_plots.h"
 
 namespace ag = ampgrad;
 namespace fm = ampgrad::fashion;
@@ -22,15 +26,19 @@ struct Args {
   double lr = 1e-3;
   int64_t train_samples = -1;  // all
   uint64_t seed = 0;
+  std::string plot;    // a folder for loss.png and scale.png
+  std::string logdir;  // a TensorBoard log folder
 };
 
 constexpr const char* kUsage =
     "usage: fashion_mnist [--amp] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
-    "[--seed N]\n"
+    "[--seed N] [--plot DIR] [--logdir DIR]\n"
     "  --amp             FP16 autocast + GradScaler (default: FP32)\n"
     "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
     "                    (default /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist)\n"
-    "  --train-samples N train on the first N training images only\n";
+    "  --train-samples N train on the first N training images only\n"
+    "  --plot DIR        draw loss.png (and with --amp scale.png) into DIR (needs gnuplot)\n"
+    "  --logdir DIR      TensorBoard scalars; with --amp also gradient statistics every 100 steps\n";
 
 // Parses "--name VALUE" and "--name=VALUE"; false on anything it does not know.
 bool parse_args(int argc, char** argv, Args& args) {
@@ -49,8 +57,8 @@ bool parse_args(int argc, char** argv, Args& args) {
       return false;
     }
     char* end = nullptr;
-    if (arg == "--data") {
-      args.data = value;
+    if (arg == "--data" || arg == "--plot" || arg == "--logdir") {
+      (arg == "--data" ? args.data : arg == "--plot" ? args.plot : args.logdir) = value;
       continue;
     }
     if (arg == "--lr") {
@@ -102,16 +110,48 @@ int main(int argc, char** argv) {
                 static_cast<long long>(train.size()), static_cast<long long>(test.size()));
     std::fflush(stdout);
 
+    std::unique_ptr<ag::utils::SummaryWriter> writer;
+    if (!args.logdir.empty()) {
+      writer = std::make_unique<ag::utils::SummaryWriter>(args.logdir);
+      if (args.amp) {
+        classifier.scaler.set_parameter_names(classifier.model.named_parameters());
+        classifier.scaler.set_grad_stats_interval(100);
+      }
+    }
+    training_plots::Curves curves{.title = std::string("fashion_mnist, ") + (args.amp ? "AMP" : "FP32"),
+                                  .first_step = 1};
     ag::utils::ProgressLine progress(steps_per_epoch * args.epochs, std::cerr);
+    int64_t last_skip_reported = -1;
     fm::Evaluation result;
     for (int64_t epoch = 1; epoch <= args.epochs; ++epoch) {
       const auto epoch_start = std::chrono::steady_clock::now();
       const double train_loss = fm::train_epoch(classifier, train, [&](int64_t step, float loss) {
         ag::utils::ProgressFields fields = {{"epoch", static_cast<double>(epoch)}, {"loss", loss}};
         if (args.amp) fields.emplace_back("scale", classifier.scaler.get_scale());
-        progress.update((epoch - 1) * steps_per_epoch + step, fields);
+        const int64_t global_step = (epoch - 1) * steps_per_epoch + step;
+        progress.update(global_step, fields);
+        if (const ag::amp::SkipReport* skip = classifier.scaler.last_skip();
+            skip != nullptr && skip->iteration != last_skip_reported) {
+          last_skip_reported = skip->iteration;
+          progress.finish();
+          std::fprintf(stderr, "%s\n", skip->to_string().c_str());
+        }
+        curves.train_loss.push_back(loss);
+        if (args.amp) curves.scale.push_back(classifier.scaler.get_scale());
+        if (writer) {
+          writer->add_scalar("loss/train", loss, global_step);
+          if (args.amp) writer->add_scalar("amp/scale", classifier.scaler.get_scale(), global_step);
+          const ag::amp::GradStatsReport* stats = classifier.scaler.grad_stats();
+          if (stats != nullptr && stats->iteration == classifier.scaler.iteration() - 1) {
+            ag::amp::add_grad_stats(*writer, *stats, global_step);
+          }
+        }
       });
       result = fm::evaluate(classifier.model, test, precision);
+      if (writer) {
+        writer->add_scalar("loss/test", result.loss, epoch * steps_per_epoch);
+        writer->add_scalar("accuracy/test", result.accuracy, epoch * steps_per_epoch);
+      }
       std::fprintf(stderr, "epoch %lld took %.1f s\n", static_cast<long long>(epoch), seconds_since(epoch_start));
       std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f  test accuracy %.2f%%", static_cast<long long>(epoch),
                   static_cast<long long>(args.epochs), train_loss, result.loss, 100 * result.accuracy);
@@ -121,6 +161,9 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
       std::fflush(stdout);
+    }
+    if (!args.plot.empty()) {
+      for (const std::string& path : training_plots::write(curves, args.plot)) std::printf("wrote %s\n", path.c_str());
     }
     std::printf("final test accuracy %.2f%% (%s, %lld epochs)\n", 100 * result.accuracy, args.amp ? "AMP" : "FP32",
                 static_cast<long long>(args.epochs));
