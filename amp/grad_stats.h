@@ -58,8 +58,8 @@ struct ParamGradStats {
   int64_t infs = 0;    // g is +-inf
   int64_t nans = 0;    // g is NaN
   double max_abs = 0;  // the largest finite |g| (scaled)
-  std::vector<FormatStats> formats;  // one per low_precision_dtypes() entry
-  ExponentHistogram histogram;       // of the unscaled values
+  std::vector<FormatStats> formats{};  // one per low_precision_dtypes() entry
+  ExponentHistogram histogram{};       // of the unscaled values
 
   /// count / numel (0 for an empty gradient).
   double fraction(int64_t count) const;
@@ -84,7 +84,7 @@ FormatTable make_format_table(const std::vector<DType>& formats);
 struct GradStatsReport {
   int64_t iteration = 0;  // the scaler's iteration (its update() count) when measured
   double scale = 1.0;     // the loss scale the gradients carry
-  std::vector<ParamGradStats> params;
+  std::vector<ParamGradStats> params{};
   /// Everything summed, named "(all)".
   ParamGradStats total() const;
   /// A table, one row per parameter and a total: zero / subnormal / underflow fractions, max |g|,

@@ -31,12 +31,12 @@ struct SkipReport {
   int64_t iteration = 0;  // the scaler's iteration (its update() count)
   double scale = 1.0;     // the scale the step ran at
   InfOrigin origin = InfOrigin::kBackward;
-  std::string module;     // kForwardActivation: the module's name in named_modules() ("" is the model)
+  std::string module{};   // kForwardActivation: the module's name in named_modules() ("" is the model)
   double loss = 0.0;      // the first loss given to scale() in the iteration
   /// Every parameter whose gradient held inf/NaN, in the order the backward first wrote them:
   /// an inf flows from where it arose toward the inputs, so the first is nearest its origin.
   /// Empty when no gradient of this process held one (another process's did).
-  std::vector<NonfiniteGrad> grads;
+  std::vector<NonfiniteGrad> grads{};
 
   /// The first parameter (grads.front().name), or "" when grads is empty.
   std::string culprit() const;

@@ -12,9 +12,9 @@ namespace training_plots {
 struct Curves {
   std::string title;                                 // the run, e.g. "char_gpt, FP16 AMP"
   int64_t first_step = 0;                            // the step of train_loss[0]
-  std::vector<double> train_loss;                    // one per step
-  std::vector<std::pair<int64_t, double>> val_loss;  // (step, loss), may be empty
-  std::vector<double> scale;                         // the loss scale after each step; empty without AMP
+  std::vector<double> train_loss{};                  // one per step
+  std::vector<std::pair<int64_t, double>> val_loss{};  // (step, loss), may be empty
+  std::vector<double> scale{};                       // the loss scale after each step; empty without AMP
 };
 
 /// The steps where a dynamic scaler's scale fell (scale[i] < the scale before it): each is a

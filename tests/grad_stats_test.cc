@@ -462,7 +462,9 @@ TEST(GradStatsCuda, MatchesTheCpu) {
     EXPECT_EQ(cpu_bad, gpu_bad);
     const std::vector<float> a = cpu_out[0].to_vector(), b = gpu_out[0].to_vector();
     for (size_t i = 0; i < a.size(); ++i) {
-      if (!(std::isnan(a[i]) && std::isnan(b[i]))) ASSERT_EQ(a[i], b[i]) << i;
+      if (!(std::isnan(a[i]) && std::isnan(b[i]))) {
+        ASSERT_EQ(a[i], b[i]) << i;
+      }
     }
     const auto names = amp::low_precision_dtypes();
     const amp::ParamGradStats c = amp::make_param_stats("g", dtype, g.numel(), 64, cpu[0], names);
