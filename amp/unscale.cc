@@ -71,35 +71,26 @@ bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
   }
   float* o = out.data<float>();
   const int64_t n = grad.numel();  // hoisted: an out-of-line call per element cost more than the math
+  AG_CHECK(is_floating(grad.dtype()), "unscale: gradient ", grad.to_string(), " is not floating");
   std::atomic<bool> any_bad{false};  // pieces run on the pool: one flag, set by whichever finds one
-  switch (grad.dtype()) {
-    case DType::kFloat32: {
-      const float* g = grad.data<float>();
-      parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-        if (unscale_values(g + lo, hi - lo, inv_scale, o + lo)) any_bad = true;
-      });
-      break;
-    }
-    case DType::kFloat16: {
-      // Widened a block at a time (F16C), then the float loop: no per-element conversion calls.
-      const Half* g = grad.data<Half>();
-      parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+  visit_floating_dtype(grad.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const T* g = grad.data<T>();
+    parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      if constexpr (kIsLowPrecision<T>) {
+        // Widened a block at a time (vectorised), then the float loop: no per-element conversion calls.
         constexpr int64_t kBlock = 2048;
         float wide[kBlock];
         for (int64_t start = lo; start < hi; start += kBlock) {
           const int64_t len = std::min(kBlock, hi - start);
-          half_to_float(g + start, wide, static_cast<size_t>(len));
+          widen(g + start, wide, static_cast<size_t>(len));
           if (unscale_values(wide, len, inv_scale, o + start)) any_bad = true;
         }
-      });
-      break;
-    }
-    case DType::kFloat64:
-      any_bad = unscale_values(grad.data<double>(), n, inv_scale, o);
-      break;
-    case DType::kInt64:
-      AG_FAIL("unscale: a gradient cannot be ", grad.to_string(), " (integer tensors have no gradients)");
-  }
+      } else {
+        if (unscale_values(g + lo, hi - lo, inv_scale, o + lo)) any_bad = true;
+      }
+    });
+  });
   out.bump_version();
   return any_bad;
 }

@@ -56,7 +56,11 @@ __global__ void unscale_chunks_kernel(const ChunkTable table, double inv_scale, 
   switch (c.dtype) {
     case DType::kFloat32: bad = unscale_span(static_cast<const float*>(c.grad), c.out, c.n, inv_scale); break;
     case DType::kFloat16: bad = unscale_span(static_cast<const __half*>(c.grad), c.out, c.n, inv_scale); break;
+    case DType::kBFloat16:
+      bad = unscale_span(static_cast<const __nv_bfloat16*>(c.grad), c.out, c.n, inv_scale);
+      break;
     case DType::kFloat64: bad = unscale_span(static_cast<const double*>(c.grad), c.out, c.n, inv_scale); break;
+    case DType::kInt64: break;  // refused on the host: gradients are floating
   }
   if (bad) *found_inf = 1.0f;  // benign race: every writer stores the same value
 }
@@ -102,6 +106,9 @@ __global__ void measure_chunks_kernel(const ChunkTable table, double inv_scale, 
     case DType::kFloat16:
       bad = measure_span(static_cast<const __half*>(c.grad), c.out, c.n, inv_scale, formats, block, local_max);
       break;
+    case DType::kBFloat16:
+      bad = measure_span(static_cast<const __nv_bfloat16*>(c.grad), c.out, c.n, inv_scale, formats, block, local_max);
+      break;
     case DType::kFloat64:
       bad = measure_span(static_cast<const double*>(c.grad), c.out, c.n, inv_scale, formats, block, local_max);
       break;
@@ -127,8 +134,8 @@ std::vector<Chunk> make_chunks(const std::vector<Tensor>& grads, std::vector<Ten
     const Tensor& g = grads[k];
     if (outs != nullptr) {
       Tensor& o = (*outs)[k];
-      AG_CHECK(g.device() == Device::kCUDA && o.device() == Device::kCUDA && o.dtype() == DType::kFloat32 &&
-                   o.numel() == g.numel(),
+      AG_CHECK(g.device() == Device::kCUDA && o.device() == Device::kCUDA && is_floating(g.dtype()) &&
+                   o.dtype() == DType::kFloat32 && o.numel() == g.numel(),
                "unscale (CUDA): cannot unscale ", g.to_string(), " into ", o.to_string());
     } else {
       AG_CHECK(g.device() == Device::kCUDA && is_floating(g.dtype()), "gradient statistics (CUDA): cannot measure ",

@@ -20,10 +20,10 @@ template <typename To, typename From>
 void convert_cpu(const From* src, To* dst, int64_t n) {
   if constexpr (std::is_same_v<To, From>) {
     std::copy(src, src + n, dst);
-  } else if constexpr (std::is_same_v<From, Half> && std::is_same_v<To, float>) {
-    half_to_float(src, dst, static_cast<size_t>(n));
-  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Half>) {
-    float_to_half(src, dst, static_cast<size_t>(n));
+  } else if constexpr (kIsLowPrecision<From> && std::is_same_v<To, float>) {
+    widen(src, dst, static_cast<size_t>(n));
+  } else if constexpr (std::is_same_v<From, float> && kIsLowPrecision<To>) {
+    narrow(src, dst, static_cast<size_t>(n));
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
   }
@@ -82,17 +82,17 @@ void accumulate_(Tensor& dst, const Tensor& src) {
       using T = decltype(t);
       T* d = dst.data<T>();
       const T* s = src.data<T>();
-      // Gradient sums of whole weights: on the pool, float16 widened a block at a time.
+      // Gradient sums of whole weights: on the pool, 16-bit floats widened a block at a time.
       parallel_range(dst.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-        if constexpr (std::is_same_v<T, Half>) {
+        if constexpr (kIsLowPrecision<T>) {
           constexpr int64_t kBlock = 512;
           float a[kBlock], b[kBlock];
           for (int64_t start = lo; start < hi; start += kBlock) {
             const int64_t n = std::min(kBlock, hi - start);
-            half_to_float(d + start, a, static_cast<size_t>(n));
-            half_to_float(s + start, b, static_cast<size_t>(n));
+            widen(d + start, a, static_cast<size_t>(n));
+            widen(s + start, b, static_cast<size_t>(n));
             for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-            float_to_half(a, d + start, static_cast<size_t>(n));
+            narrow(a, d + start, static_cast<size_t>(n));
           }
         } else {
           for (int64_t i = lo; i < hi; ++i) d[i] += s[i];

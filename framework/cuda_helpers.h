@@ -1,12 +1,14 @@
 // Device-side helpers shared by every .cu file: the CUDA storage type of each dtype (Half is
-// layout-compatible with __half), load/store to the compute type, and launch geometry.
-// Store T, compute float (double for float64).
+// layout-compatible with __half, BFloat16 with __nv_bfloat16), load/store to the compute type with
+// the CPU's rounding, and launch geometry. Store T, compute float (double for float64).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "framework/dtype.h"
@@ -15,46 +17,103 @@ namespace ampgrad::cuda {
 
 static_assert(sizeof(Half) == sizeof(__half) && alignof(Half) == alignof(__half),
               "ampgrad::Half must be layout-compatible with __half");
+static_assert(sizeof(BFloat16) == sizeof(__nv_bfloat16) && alignof(BFloat16) == alignof(__nv_bfloat16),
+              "ampgrad::BFloat16 must be layout-compatible with __nv_bfloat16");
 
-/// DeviceType<float> = float, DeviceType<Half> = __half, DeviceType<double> = double.
+/// DeviceType<float> = float, DeviceType<Half> = __half, DeviceType<BFloat16> = __nv_bfloat16,
+/// DeviceType<double> = double.
 template <typename T> struct DeviceTypeOf { using type = T; };
 template <> struct DeviceTypeOf<Half> { using type = __half; };
+template <> struct DeviceTypeOf<BFloat16> { using type = __nv_bfloat16; };
 template <typename T> using DeviceType = typename DeviceTypeOf<T>::type;
 
-/// The compute type of a device storage type: float for __half and float, double for double.
+/// The compute type of a device storage type: float for the 16-bit types and float, double for double.
 template <typename T> struct DeviceComputeOf { using type = T; };
 template <> struct DeviceComputeOf<__half> { using type = float; };
+template <> struct DeviceComputeOf<__nv_bfloat16> { using type = float; };
 template <typename T> using Compute = typename DeviceComputeOf<T>::type;
+
+__host__ __device__ __forceinline__ uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+__host__ __device__ __forceinline__ uint64_t double_bits(double d) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(d));
+#else
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+#endif
+}
+
+__host__ __device__ __forceinline__ __nv_bfloat16 bfloat16_of_bits(uint16_t bits) {
+  __nv_bfloat16_raw raw;
+  raw.x = bits;
+  return __nv_bfloat16(raw);
+}
+
+__host__ __device__ __forceinline__ uint16_t bits_of(__nv_bfloat16 v) { return __nv_bfloat16_raw(v).x; }
 
 template <typename T> __host__ __device__ __forceinline__ Compute<T> dload(T v) { return v; }
 __host__ __device__ __forceinline__ float dload(__half v) { return __half2float(v); }
+__host__ __device__ __forceinline__ float dload(__nv_bfloat16 v) {
+  const uint32_t u = ::ampgrad::bf16::to_float_bits(bits_of(v));
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
 
 template <typename T> __host__ __device__ __forceinline__ T dstore(Compute<T> v) { return v; }
 template <> __host__ __device__ __forceinline__ __half dstore<__half>(float v) { return __float2half_rn(v); }
+// The CPU's reference rounding (bfloat16.h), so both backends give the same bits:
+// __float2bfloat16_rn's host version turns every NaN into 0x7fff (sign and payload lost).
+template <> __host__ __device__ __forceinline__ __nv_bfloat16 dstore<__nv_bfloat16>(float v) {
+  return bfloat16_of_bits(::ampgrad::bf16::from_float_bits(float_bits(v)));
+}
 
 /// Element conversion with the CPU's rounding (see ampgrad::convert in dtype.h): half<->float
-/// exact/RNE, double and int64 -> half rounded once (through double), float -> int64 truncated with
-/// NaN and out-of-range values giving INT64_MIN.
+/// exact/RNE, double and int64 -> half rounded once (through double), double and int64 ->
+/// bfloat16 rounded once (directly), float -> int64 truncated with NaN and out-of-range values
+/// giving INT64_MIN.
 template <typename To, typename From>
 __host__ __device__ __forceinline__ To dconvert(From x) {
   if constexpr (std::is_same_v<To, From>) {
     return x;
   } else if constexpr (std::is_same_v<To, int64_t>) {
     return ::ampgrad::float_to_int64(static_cast<double>(dload(x)));
+  } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
+    if constexpr (std::is_same_v<From, int64_t>) {
+      return bfloat16_of_bits(::ampgrad::bf16::from_int64(x));
+    } else if constexpr (std::is_same_v<From, double>) {
+      return bfloat16_of_bits(::ampgrad::bf16::from_double_bits(double_bits(x)));
+    } else {
+      return dstore<__nv_bfloat16>(dload(x));  // float, or half widened exactly
+    }
   } else if constexpr (std::is_same_v<To, __half>) {
     if constexpr (std::is_same_v<From, float>) {
       return __float2half_rn(x);
     } else {
-      return __double2half(static_cast<double>(x));
+      return __double2half(static_cast<double>(dload(x)));
     }
-  } else if constexpr (std::is_same_v<From, __half>) {
-    return static_cast<To>(__half2float(x));
+  } else if constexpr (std::is_same_v<From, __half> || std::is_same_v<From, __nv_bfloat16>) {
+    return static_cast<To>(dload(x));
   } else {
     return static_cast<To>(x);
   }
 }
 
-/// Typed device pointer of raw storage (Half* -> __half*).
+/// Typed device pointer of raw storage (Half* -> __half*, BFloat16* -> __nv_bfloat16*).
 template <typename T> inline DeviceType<T>* dptr(void* p) { return static_cast<DeviceType<T>*>(p); }
 template <typename T> inline const DeviceType<T>* dptr(const void* p) { return static_cast<const DeviceType<T>*>(p); }
 

@@ -1,7 +1,7 @@
 // Element-wise CPU kernels: add/sub/mul/div and affine maps with NumPy broadcasting, the unary ops
 // of unary_math.h, dropout, relu.
-// Storage T, compute type float (double for float64): store(op(load(a), load(b))). Float16 rows
-// are converted a block at a time (F16C), so every loop runs on floats and vectorises.
+// Storage T, compute type float (double for float64): store(op(load(a), load(b))). Float16 and
+// bfloat16 rows are converted a block at a time (vectorised), so every loop runs on floats.
 #include <algorithm>
 #include <type_traits>
 
@@ -20,15 +20,15 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 512;  // float16 elements converted per block (three 2 KiB buffers)
+constexpr int64_t kBlock = 512;  // 16-bit elements converted per block (three 2 KiB buffers)
 
 // n values of a strided row as compute-type values: the row itself when it is contiguous in the
-// compute type, else a copy in `buffer` (float16 widened, strides gathered, a broadcast filled).
+// compute type, else a copy in `buffer` (16-bit floats widened, strides gathered, a broadcast filled).
 template <typename T>
 const ComputeType<T>* row_values(const T* src, int64_t stride, int64_t n, ComputeType<T>* buffer) {
-  if constexpr (std::is_same_v<T, Half>) {
+  if constexpr (kIsLowPrecision<T>) {
     if (stride == 1) {
-      half_to_float(src, buffer, static_cast<size_t>(n));
+      widen(src, buffer, static_cast<size_t>(n));
       return buffer;
     }
   } else {
@@ -42,11 +42,11 @@ const ComputeType<T>* row_values(const T* src, int64_t stride, int64_t n, Comput
   return buffer;
 }
 
-// Writes n compute-type values into a contiguous row of T (float16 rounded in bulk).
+// Writes n compute-type values into a contiguous row of T (16-bit floats rounded in bulk).
 template <typename T>
 void store_row(const ComputeType<T>* values, int64_t n, T* dst) {
-  if constexpr (std::is_same_v<T, Half>) {
-    float_to_half(values, dst, static_cast<size_t>(n));
+  if constexpr (kIsLowPrecision<T>) {
+    narrow(values, dst, static_cast<size_t>(n));
   } else if (values != dst) {
     std::copy_n(values, n, dst);
   }
@@ -244,35 +244,49 @@ void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
 
 namespace {
 
-// Half relu on the raw bits with integer masks (no conversion, no branch), which GCC vectorises
+// 16-bit relu on the raw bits with integer masks (no conversion, no branch), which GCC vectorises
 // 16 lanes at a time; written over Half values, or with a conditional load of dy, the loops stayed
-// scalar with data-dependent branches (relu_backward was 4% of an AMP mlp step).
-//   keep x:  x > 0 (sign clear, bits > 0 as int16) or NaN (magnitude above inf's 0x7c00), so
-//   relu keeps NaN and maps -0, negatives and -inf to +0.
+// scalar with data-dependent branches (relu_backward was 4% of an AMP mlp step). kInf is the
+// magnitude bits of infinity (0x7c00 for float16, 0x7f80 for bfloat16):
+//   keep x:  x > 0 (sign clear, bits > 0 as int16) or NaN (magnitude above kInf), so relu keeps
+//   NaN and maps -0, negatives and -inf to +0.
+template <uint16_t kInf>
 inline uint16_t keep_mask(uint16_t b) {
-  const bool keep = static_cast<int16_t>(b) > 0 || (b & 0x7fffu) > 0x7c00u;
+  const bool keep = static_cast<int16_t>(b) > 0 || (b & 0x7fffu) > kInf;
   return static_cast<uint16_t>(0u - static_cast<unsigned>(keep));  // 0xffff or 0
 }
 
-void relu_half(const uint16_t* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = in[i] & keep_mask(in[i]);
+template <uint16_t kInf>
+void relu_bits(const uint16_t* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] & keep_mask<kInf>(in[i]);
 }
 
 // dx = x <= 0 ? 0 : dy, so a NaN input passes its gradient (as PyTorch's threshold_backward).
-void relu_backward_half(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] & keep_mask(x[i]);
+template <uint16_t kInf>
+void relu_backward_bits(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] & keep_mask<kInf>(x[i]);
 }
+
+// The bits of a 16-bit float tensor, and its infinity's magnitude bits.
+template <typename T>
+const uint16_t* bits_of(const Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data<T>());
+}
+template <typename T>
+uint16_t* bits_of(Tensor& t) {
+  return reinterpret_cast<uint16_t*>(t.data<T>());
+}
+template <typename T> constexpr uint16_t kInfBits = std::is_same_v<T, Half> ? 0x7c00u : 0x7f80u;
 
 }  // namespace
 
 void relu(const Tensor& x, Tensor& y) {
   const int64_t n = y.numel();  // hoisted: an out-of-line call per element kept the loops scalar
-  if (y.dtype() == DType::kFloat16) {
-    return relu_half(reinterpret_cast<const uint16_t*>(x.data<Half>()), reinterpret_cast<uint16_t*>(y.data<Half>()), n);
-  }
   visit_floating_dtype(y.dtype(), [&](auto t) {
     using T = decltype(t);
-    if constexpr (!std::is_same_v<T, Half>) {
+    if constexpr (kIsLowPrecision<T>) {
+      relu_bits<kInfBits<T>>(bits_of<T>(x), bits_of<T>(y), n);
+    } else {
       const T* in = x.data<T>();
       T* out = y.data<T>();
       for (int64_t i = 0; i < n; ++i) out[i] = !(in[i] <= 0) ? in[i] : T{0};  // NaN stays NaN
@@ -282,14 +296,11 @@ void relu(const Tensor& x, Tensor& y) {
 
 void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   const int64_t n = dx.numel();
-  if (dx.dtype() == DType::kFloat16) {
-    return relu_backward_half(reinterpret_cast<const uint16_t*>(x.data<Half>()),
-                              reinterpret_cast<const uint16_t*>(dy.data<Half>()),
-                              reinterpret_cast<uint16_t*>(dx.data<Half>()), n);
-  }
   visit_floating_dtype(dx.dtype(), [&](auto t) {
     using T = decltype(t);
-    if constexpr (!std::is_same_v<T, Half>) {
+    if constexpr (kIsLowPrecision<T>) {
+      relu_backward_bits<kInfBits<T>>(bits_of<T>(x), bits_of<T>(dy), bits_of<T>(dx), n);
+    } else {
       const T* in = x.data<T>();
       const T* g = dy.data<T>();
       T* out = dx.data<T>();

@@ -1,5 +1,6 @@
-// GEMM through cuBLAS. float16: cublasGemmEx with FP16 inputs/outputs and FP32 compute
-// (CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation, one rounding to half). float32: SGEMM,
+// GEMM through cuBLAS. float16 and bfloat16: cublasGemmStridedBatchedEx with 16-bit inputs/outputs
+// (CUDA_R_16F, CUDA_R_16BF) and FP32 compute (CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation,
+// one rounding of the result). float32: SGEMM,
 // TF32 only when cuda::set_allow_tf32(true). float64: DGEMM. A bias is fused by pre-filling C and
 // using beta = 1.
 #include <limits>
@@ -87,15 +88,18 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   const long long stride_first = batch_of(b) == 1 ? 0 : b.size(-2) * b.size(-1);
   const long long stride_second = batch_of(a) == 1 ? 0 : a.size(-2) * a.size(-1);
   const long long stride_c = m * n;
-  // DISALLOW_REDUCED_PRECISION_REDUCTION: otherwise cuBLAS may add split-K partials of an FP16
-  // GEMM in half (output type), rounding more than once; large K (weight gradients) hits that.
+  // DISALLOW_REDUCED_PRECISION_REDUCTION: otherwise cuBLAS may add split-K partials of a 16-bit
+  // GEMM in the output type, rounding more than once; large K (weight gradients) hits that.
   AG_CUBLAS_CHECK(cublasSetMathMode(
       handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  // Scalars in the compute type: FP32 for CUBLAS_COMPUTE_32F (float16 and float32), FP64 for float64.
+  // Scalars in the compute type: FP32 for CUBLAS_COMPUTE_32F (16-bit floats and float32), FP64 for float64.
   const float alpha32 = 1.0f, beta32 = has_bias ? 1.0f : 0.0f;
   const double alpha64 = 1.0, beta64 = has_bias ? 1.0 : 0.0;
   const bool f64 = dtype == DType::kFloat64;
-  const cudaDataType_t type = dtype == DType::kFloat16 ? CUDA_R_16F : f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cudaDataType_t type = dtype == DType::kFloat16    ? CUDA_R_16F
+                              : dtype == DType::kBFloat16 ? CUDA_R_16BF
+                              : f64                       ? CUDA_R_64F
+                                                          : CUDA_R_32F;
   // float32 keeps full FP32 multiplies unless cuda::set_allow_tf32(true) asks for TF32 tensor cores.
   const bool tf32 = dtype == DType::kFloat32 && ::ampgrad::cuda::allow_tf32();
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;

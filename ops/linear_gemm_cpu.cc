@@ -10,9 +10,9 @@
 // The micro-kernel (its mr x nr tile and its kc and mc blocks) is picked once by instruction-set
 // level (linear_gemm_micro_cpu.h). Packing lays each panel out in the order the micro-kernel reads
 // it, so the kernel does nr / width aligned loads and mr broadcasts per k and nothing else.
-// Packing is also where transposes disappear and FP16 becomes float; it uses the baseline's 8-wide
-// vectors at every level (it is memory-bound). Tiles at the edges of c run the same kernel on
-// zero-padded panels into a local tile.
+// Packing is also where transposes disappear and FP16/BF16 become float; it uses the baseline's
+// 8-wide vectors at every level (it is memory-bound). Tiles at the edges of c run the same kernel
+// on zero-padded panels into a local tile.
 #include "ops/linear_gemm_cpu.h"
 
 #include <algorithm>
@@ -21,8 +21,9 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 
-#include "framework/half.h"
+#include "framework/dtype.h"
 #include "framework/parallel.h"
 #include "ops/linear_gemm_micro_cpu.h"
 
@@ -40,7 +41,7 @@ namespace {
 constexpr int64_t kPackSlack = 8;
 // Packed b is at most this many floats (8 MB, in L3); wider c is done in column blocks.
 constexpr int64_t kPackedBMax = int64_t{1} << 21;
-// The float partial sums of an FP16 result are kept between calls up to this size (16 MB).
+// The float partial sums of a 16-bit result are kept between calls up to this size (16 MB).
 constexpr int64_t kKeptPartialFloats = int64_t{1} << 22;
 // Below this many FLOP a GEMM stays on the calling thread: waking a helper costs more than it saves.
 constexpr double kParallelFlop = 4e6;
@@ -69,12 +70,19 @@ class Buffer {
   int64_t capacity_ = 0;
 };
 
+// One element, or eight, of an operand as float: widening is exact for every storage type.
 inline float load1(const float* p) { return *p; }
 inline float load1(const Half* p) { return half_to_float(*p); }
+inline float load1(const BFloat16* p) { return bfloat16_to_float(*p); }
 
 #ifdef AMPGRAD_SGEMM_AVX2
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+// bfloat16 is the top half of a float: zero-extend to 32 bits and shift into place.
+inline __m256 load8(const BFloat16* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
 
 // Transposes the 8 x 8 block held in r[0..7] (rows) into columns, in place.
 inline void transpose8(__m256 r[8]) {
@@ -96,6 +104,16 @@ inline void transpose8(__m256 r[8]) {
   }
 }
 #endif
+
+// Calls fn(T{}) with the storage type of a GEMM operand's dtype.
+template <typename Fn>
+void visit_operand(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat16: return fn(Half{});
+    case DType::kBFloat16: return fn(BFloat16{});
+    default: return fn(float{});
+  }
+}
 
 // ---- packing ---------------------------------------------------------------------------------
 
@@ -195,45 +213,60 @@ struct Problem {
   int64_t m, n, k;
   MatrixView a, b;
   const float* bias;
-  float* c_float;  // float result, or float partial sums of a Half result when k spans several blocks
-  Half* c_half;    // Half result, or null
+  float* c_float;   // float result, or float partial sums of a 16-bit result when k spans several blocks
+  void* c_rounded;  // a float16 or bfloat16 result (of dtype c_dtype), or null
+  DType c_dtype;
   const MicroKernel* kernel;
-  int64_t kc;         // k block size (k is cut into equal blocks of at most kernel->kc)
+  int64_t kc;  // k block size (k is cut into equal blocks of at most kernel->kc)
 };
 
-// Rows of a finished tile (row stride tile_ld) leave for the Half result, rounded once (F16C).
-void store_half_rows(const float* tile, int64_t tile_ld, int64_t mr, int64_t nr, Half* c, int64_t ldc) {
+// Rows of a finished tile (row stride tile_ld) leave for the 16-bit result, rounded once: F16C
+// for float16, the bulk bfloat16 rounding (bfloat16.h) for bfloat16.
+template <typename T>
+void store_rounded_rows(const float* tile, int64_t tile_ld, int64_t mr, int64_t nr, T* c, int64_t ldc) {
 #ifdef AMPGRAD_SGEMM_AVX2
-  if (nr % 8 == 0) {
-    for (int64_t r = 0; r < mr; ++r) {
-      for (int64_t h = 0; h < nr; h += 8) {
-        const __m128i rounded = _mm256_cvtps_ph(_mm256_load_ps(tile + r * tile_ld + h), _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(c + r * ldc + h), rounded);
+  if constexpr (std::is_same_v<T, Half>) {
+    if (nr % 8 == 0) {
+      for (int64_t r = 0; r < mr; ++r) {
+        for (int64_t h = 0; h < nr; h += 8) {
+          const __m128i rounded = _mm256_cvtps_ph(_mm256_load_ps(tile + r * tile_ld + h), _MM_FROUND_TO_NEAREST_INT);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(c + r * ldc + h), rounded);
+        }
       }
+      return;
     }
-    return;
   }
 #endif
-  for (int64_t r = 0; r < mr; ++r) float_to_half(tile + r * tile_ld, c + r * ldc, static_cast<size_t>(nr));
+  for (int64_t r = 0; r < mr; ++r) narrow(tile + r * tile_ld, c + r * ldc, static_cast<size_t>(nr));
+}
+
+void store_rounded_rows(const Problem& pb, const float* tile, int64_t tile_ld, int64_t i, int64_t j, int64_t mr,
+                        int64_t nr) {
+  visit_operand(pb.c_dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (kIsLowPrecision<T>) {
+      store_rounded_rows(tile, tile_ld, mr, nr, static_cast<T*>(pb.c_rounded) + i * pb.n + j, pb.n);
+    }
+  });
 }
 
 // The kernel's tile of c at (i, j) with mr x nr valid entries, for k block [p0, p0 + kc). The first
 // k block starts from the bias (or zero), later ones from the float partial sums in c_float;
-// the last block of a Half result rounds the sums into c_half.
+// the last block of a 16-bit result rounds the sums into c_rounded.
 void compute_tile(const Problem& pb, const float* a_panel, const float* b_panel, int64_t i, int64_t j, int64_t mr,
                   int64_t nr, int64_t p0, int64_t kc) {
   const MicroKernel& kernel = *pb.kernel;
   const bool first = p0 == 0, last = p0 + kc == pb.k;
-  const bool to_half = last && pb.c_half != nullptr;
+  const bool to_rounded = last && pb.c_rounded != nullptr;
   const int64_t n = pb.n, tile_ld = kernel.nr;
-  float* partial = first && to_half ? nullptr : pb.c_float + i * n + j;  // null: no float sums kept
+  float* partial = first && to_rounded ? nullptr : pb.c_float + i * n + j;  // null: no float sums kept
   alignas(64) float tile[kMaxTile];
   if (mr == kernel.mr && nr == kernel.nr) {  // the common case: straight from and into c
     const float* init = first ? (pb.bias ? pb.bias + j : nullptr) : partial;
     const int64_t init_ld = first ? 0 : n;
-    if (!to_half) return kernel.run(kc, a_panel, b_panel, init, init_ld, partial, n);
+    if (!to_rounded) return kernel.run(kc, a_panel, b_panel, init, init_ld, partial, n);
     kernel.run(kc, a_panel, b_panel, init, init_ld, tile, tile_ld);
-    return store_half_rows(tile, tile_ld, mr, nr, pb.c_half + i * n + j, n);
+    return store_rounded_rows(pb, tile, tile_ld, i, j, mr, nr);
   }
   // An edge tile: the kernel works on a zero-padded copy.
   const float* init = nullptr;
@@ -248,7 +281,7 @@ void compute_tile(const Problem& pb, const float* a_panel, const float* b_panel,
     init = tile, init_ld = 0;
   }
   kernel.run(kc, a_panel, b_panel, init, init_ld, tile, tile_ld);
-  if (to_half) return store_half_rows(tile, tile_ld, mr, nr, pb.c_half + i * n + j, n);
+  if (to_rounded) return store_rounded_rows(pb, tile, tile_ld, i, j, mr, nr);
   for (int64_t r = 0; r < mr; ++r) std::copy_n(tile + r * tile_ld, nr, partial + r * n);
 }
 
@@ -296,11 +329,7 @@ void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, 
     const int64_t mc = std::min(mc_block, i1 - ic);
     for (int64_t p0 = 0; p0 < pb.k; p0 += pb.kc) {
       const int64_t kc = std::min(pb.kc, pb.k - p0);
-      if (pb.a.dtype == DType::kFloat16) {
-        pack_a_block<Half>(pb, ic, ic + mc, p0, kc, a_packed);
-      } else {
-        pack_a_block<float>(pb, ic, ic + mc, p0, kc, a_packed);
-      }
+      visit_operand(pb.a.dtype, [&](auto t) { pack_a_block<decltype(t)>(pb, ic, ic + mc, p0, kc, a_packed); });
       for (int64_t jr = jr0; jr < jr1; jr += nr) {
         const float* b_panel = b_packed + p0 * nc_pad + jr * kc;
         const int64_t valid_nr = std::min(nr, nc - jr);
@@ -323,8 +352,11 @@ void sgemm_direct(const Problem& pb) {
       for (int64_t p = 0; p < pb.k; ++p) {
         acc = std::fma(a[i * pb.a.row_stride + p * pb.a.col_stride], b[p * pb.b.row_stride + j * pb.b.col_stride], acc);
       }
-      if (pb.c_half) {
-        pb.c_half[i * pb.n + j] = float_to_half(acc);
+      if (pb.c_rounded != nullptr) {
+        visit_operand(pb.c_dtype, [&](auto t) {
+          using T = decltype(t);
+          static_cast<T*>(pb.c_rounded)[i * pb.n + j] = store<T>(acc);
+        });
       } else {
         pb.c_float[i * pb.n + j] = acc;
       }
@@ -332,19 +364,30 @@ void sgemm_direct(const Problem& pb) {
   }
 }
 
-// Half operands are widened first (F16C, 8 at a time): converting each element once per use, one
-// call at a time, cost more than the whole float product.
+// The first `n` elements of a 16-bit operand widened into `buffer` (vectorised); a float one as it is.
+const float* widened(const void* data, DType dtype, int64_t n, Buffer& buffer) {
+  const float* out = static_cast<const float*>(data);
+  visit_operand(dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (kIsLowPrecision<T>) {
+      float* wide = buffer.get(n);
+      widen(static_cast<const T*>(data), wide, static_cast<size_t>(n));
+      out = wide;
+    }
+  });
+  return out;
+}
+
+// 16-bit operands are widened first (8 or 16 at a time): converting each element once per use,
+// one call at a time, cost more than the whole float product.
 void run_direct(Problem pb) {
   thread_local Buffer a_wide, b_wide;
-  const auto widen = [](MatrixView& v, int64_t rows, int64_t cols, Buffer& buffer) {
-    if (v.dtype != DType::kFloat16) return;
+  const auto widen_view = [](MatrixView& v, int64_t rows, int64_t cols, Buffer& buffer) {
     const int64_t span = rows == 0 || cols == 0 ? 0 : (rows - 1) * v.row_stride + (cols - 1) * v.col_stride + 1;
-    float* wide = buffer.get(span);
-    half_to_float(static_cast<const Half*>(v.data), wide, static_cast<size_t>(span));
-    v = {wide, DType::kFloat32, v.row_stride, v.col_stride};
+    v = {widened(v.data, v.dtype, span, buffer), DType::kFloat32, v.row_stride, v.col_stride};
   };
-  widen(pb.a, pb.m, pb.k, a_wide);
-  widen(pb.b, pb.k, pb.n, b_wide);
+  widen_view(pb.a, pb.m, pb.k, a_wide);
+  widen_view(pb.b, pb.k, pb.n, b_wide);
   sgemm_direct(pb);
 }
 
@@ -353,17 +396,13 @@ void run_direct(Problem pb) {
 void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
            DType c_dtype, const GemmOptions& options) {
   if (m == 0 || n == 0) return;
-  const bool c_half = c_dtype == DType::kFloat16;
+  const bool c_rounded = is_low_precision(c_dtype);
   const MicroKernel& kernel = options.kernel != nullptr ? *options.kernel : default_micro_kernel();
-  Problem pb{m, n, k, a, b, static_cast<const float*>(bias.data), nullptr, nullptr, &kernel, 0};
-  if (bias.data != nullptr && bias.dtype == DType::kFloat16) {  // widened once into a buffer reused across calls
-    thread_local Buffer wide_bias;
-    float* wide = wide_bias.get(n);
-    half_to_float(static_cast<const Half*>(bias.data), wide, static_cast<size_t>(n));
-    pb.bias = wide;
-  }
-  if (c_half) {
-    pb.c_half = static_cast<Half*>(c);
+  thread_local Buffer wide_bias;  // a 16-bit bias is widened once into a buffer reused across calls
+  Problem pb{m, n, k, a, b, nullptr, nullptr, nullptr, c_dtype, &kernel, 0};
+  if (bias.data != nullptr) pb.bias = widened(bias.data, bias.dtype, n, wide_bias);
+  if (c_rounded) {
+    pb.c_rounded = c;
   } else {
     pb.c_float = static_cast<float*>(c);
   }
@@ -372,8 +411,8 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
   // Equal k blocks: 784 becomes 4 x 196, not 3 x 256 + 16 (a short block pays the c traffic for little work).
   pb.kc = ceil_div(k, ceil_div(k, kernel.kc));
   thread_local Buffer b_buffer, partial_buffer;
-  Buffer big_partial;  // freed on return: a large FP16 product must not pin its float sums
-  if (c_half && k > pb.kc) {  // float partial sums until the last k block
+  Buffer big_partial;  // freed on return: a large 16-bit product must not pin its float sums
+  if (c_rounded && k > pb.kc) {  // float partial sums until the last k block
     pb.c_float = (m * n <= kKeptPartialFloats ? partial_buffer : big_partial).get(m * n);
   }
 
@@ -388,11 +427,8 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
     parallel_for(pack_chunks, [&](int64_t chunk) {
       const int64_t per = ceil_div(panels, pack_chunks);
       const int64_t jr0 = chunk * per * nr, jr1 = std::min(panels, (chunk + 1) * per) * nr;
-      if (pb.b.dtype == DType::kFloat16) {
-        pack_b_panels<Half>(pb, jc, nc_pad, jc + nc, jr0, jr1, b_packed);
-      } else {
-        pack_b_panels<float>(pb, jc, nc_pad, jc + nc, jr0, jr1, b_packed);
-      }
+      visit_operand(pb.b.dtype,
+                    [&](auto t) { pack_b_panels<decltype(t)>(pb, jc, nc_pad, jc + nc, jr0, jr1, b_packed); });
     });
 
     // Two tasks per thread, so a core that is busy elsewhere delays only its share. Rows are split

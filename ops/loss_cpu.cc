@@ -14,13 +14,13 @@ namespace ampgrad::kernels::cpu {
 namespace {
 
 constexpr int64_t kPiece = int64_t{1} << 16;
-constexpr int64_t kBlock = 512;  // float16 values widened per block
+constexpr int64_t kBlock = 512;  // 16-bit values widened per block
 
-// n values as compute-type values: src itself, or float16 widened into buffer.
+// n values as compute-type values: src itself, or 16-bit floats widened into buffer.
 template <typename T>
 const ComputeType<T>* widened(const T* src, int64_t n, ComputeType<T>* buffer) {
-  if constexpr (std::is_same_v<T, Half>) {
-    half_to_float(src, buffer, static_cast<size_t>(n));
+  if constexpr (kIsLowPrecision<T>) {
+    widen(src, buffer, static_cast<size_t>(n));
     return buffer;
   } else {
     return src;

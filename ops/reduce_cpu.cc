@@ -14,17 +14,17 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kWiden = 512;  // float16 values widened per block
+constexpr int64_t kWiden = 512;  // 16-bit values widened per block
 
 // acc[j * acc_stride] += x[j] for j < n (acc_stride 1: a kept inner dimension), or acc[0] +=
 // sum_j x[j] (acc_stride 0: the inner dimension is reduced), in double.
 template <typename T>
 void accumulate_row(const T* x, int64_t n, double* acc, int64_t acc_stride) {
-  if constexpr (std::is_same_v<T, Half>) {
+  if constexpr (kIsLowPrecision<T>) {
     float wide[kWiden];
     for (int64_t start = 0; start < n; start += kWiden) {
       const int64_t len = std::min(kWiden, n - start);
-      half_to_float(x + start, wide, static_cast<size_t>(len));
+      widen(x + start, wide, static_cast<size_t>(len));
       accumulate_row(wide, len, acc + start * acc_stride, acc_stride);
     }
   } else if (acc_stride == 1) {

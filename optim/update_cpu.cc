@@ -2,8 +2,8 @@
 // rounds its part of the new master into the lower-precision parameter while it is still in cache.
 #include <cmath>
 
+#include "framework/dtype.h"
 #include "framework/error.h"
-#include "framework/half.h"
 #include "framework/parallel.h"
 #include "optim/update_kernels.h"
 
@@ -11,11 +11,14 @@ namespace ampgrad::optim::kernels::cpu {
 
 namespace {
 
-// copy[lo, hi) = round(w[lo, hi)) in the copy's dtype (F16C for float16).
+// copy[lo, hi) = round(w[lo, hi)) in the copy's dtype (vectorised bulk rounding).
 void write_rounded(const float* w, RoundedCopy copy, int64_t lo, int64_t hi) {
   if (copy.data == nullptr) return;
-  AG_CHECK(copy.dtype == DType::kFloat16, "optimizer: no rounded-copy path for ", copy.dtype);
-  float_to_half(w + lo, static_cast<Half*>(copy.data) + lo, static_cast<size_t>(hi - lo));
+  AG_CHECK(is_low_precision(copy.dtype), "optimizer: no rounded-copy path for ", copy.dtype);
+  visit_floating_dtype(copy.dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (kIsLowPrecision<T>) narrow(w + lo, static_cast<T*>(copy.data) + lo, static_cast<size_t>(hi - lo));
+  });
 }
 
 }  // namespace

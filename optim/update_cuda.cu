@@ -11,14 +11,9 @@ namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
-__half* half_copy(RoundedCopy copy) {
-  if (copy.data == nullptr) return nullptr;
-  AG_CHECK(copy.dtype == DType::kFloat16, "optimizer (CUDA): no rounded-copy path for ", dtype_name(copy.dtype));
-  return static_cast<__half*>(copy.data);
-}
-
-// w, g, buf, param_copy are (n); buf and param_copy may be null.
-__global__ void sgd_kernel(float* w, const float* g, float* buf, __half* param_copy, int64_t n, SgdScalars s,
+// w, g, buf, param_copy are (n); buf and param_copy may be null. P: the parameter's device type.
+template <typename P>
+__global__ void sgd_kernel(float* w, const float* g, float* buf, P* param_copy, int64_t n, SgdScalars s,
                            bool nesterov, bool first) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     float wi = w[i];
@@ -30,12 +25,13 @@ __global__ void sgd_kernel(float* w, const float* g, float* buf, __half* param_c
     }
     wi -= s.lr * d;
     w[i] = wi;
-    if (param_copy != nullptr) param_copy[i] = __float2half_rn(wi);
+    if (param_copy != nullptr) param_copy[i] = dstore<P>(wi);
   }
 }
 
-// w, g, m, v, param_copy are (n); param_copy may be null.
-__global__ void adam_kernel(float* w, const float* g, float* m, float* v, __half* param_copy, int64_t n,
+// w, g, m, v, param_copy are (n); param_copy may be null. P: the parameter's device type.
+template <typename P>
+__global__ void adam_kernel(float* w, const float* g, float* m, float* v, P* param_copy, int64_t n,
                             AdamScalars s) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     float wi = w[i];
@@ -47,8 +43,16 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, __half
     m[i] = mi;
     v[i] = vi;
     w[i] = wi;
-    if (param_copy != nullptr) param_copy[i] = __float2half_rn(wi);
+    if (param_copy != nullptr) param_copy[i] = dstore<P>(wi);
   }
+}
+
+// Calls fn(P*) with the rounded copy's device pointer (a float* null pointer when there is none).
+template <typename Fn>
+void with_copy(RoundedCopy copy, Fn&& fn) {
+  if (copy.data == nullptr) return fn(static_cast<float*>(nullptr));
+  AG_CHECK(is_low_precision(copy.dtype), "optimizer (CUDA): no rounded-copy path for ", dtype_name(copy.dtype));
+  visit_floating_dtype(copy.dtype, [&](auto t) { fn(static_cast<DeviceType<decltype(t)>*>(copy.data)); });
 }
 
 }  // namespace
@@ -56,15 +60,19 @@ __global__ void adam_kernel(float* w, const float* g, float* m, float* v, __half
 void sgd_update(float* w, const float* g, float* buf, RoundedCopy copy, int64_t n, const SgdScalars& s,
                 Nesterov nesterov, FirstStep first) {
   if (n == 0) return;
-  sgd_kernel<<<blocks_for(n), kThreads>>>(w, g, buf, half_copy(copy), n, s, nesterov == Nesterov::kYes,
-                                          first == FirstStep::kYes);
-  AG_CUDA_CHECK_LAUNCH();
+  with_copy(copy, [&](auto* param_copy) {
+    sgd_kernel<<<blocks_for(n), kThreads>>>(w, g, buf, param_copy, n, s, nesterov == Nesterov::kYes,
+                                            first == FirstStep::kYes);
+    AG_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void adam_update(float* w, const float* g, float* m, float* v, RoundedCopy copy, int64_t n, const AdamScalars& s) {
   if (n == 0) return;
-  adam_kernel<<<blocks_for(n), kThreads>>>(w, g, m, v, half_copy(copy), n, s);
-  AG_CUDA_CHECK_LAUNCH();
+  with_copy(copy, [&](auto* param_copy) {
+    adam_kernel<<<blocks_for(n), kThreads>>>(w, g, m, v, param_copy, n, s);
+    AG_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace ampgrad::optim::kernels::cuda

@@ -1,10 +1,11 @@
 // The CUDA backend against the CPU: every row of the shared op-case table forward and backward in
-// float32 and float16, the caching allocator, device transfers, device-mismatch errors, and
+// float32, float16 and bfloat16, the caching allocator, device transfers, device-mismatch errors, and
 // GradScaler + optimizers.
 // Without a GPU (or driver) every case except the availability check skips with the reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <tuple>
 #include <string>
@@ -62,7 +63,8 @@ TEST_P(CudaOpTest, MatchesReferenceAndCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaOpTest,
                          ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
-                                            ::testing::Values(ag::DType::kFloat32, ag::DType::kFloat16)),
+                                            ::testing::Values(ag::DType::kFloat32, ag::DType::kFloat16,
+                                                              ag::DType::kBFloat16)),
                          [](const auto& info) {
                            return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
                          });
@@ -118,7 +120,7 @@ TEST(CudaTest, AllocatorReusesFreedBlocks) {
 TEST(CudaTest, ToDeviceRoundTripAndConversions) {
   SKIP_WITHOUT_CUDA();
   const std::vector<float> values = random_values(1001, 3, -70000.0f, 70000.0f);
-  for (ag::DType dtype : {ag::DType::kFloat32, ag::DType::kFloat16}) {
+  for (ag::DType dtype : {ag::DType::kFloat32, ag::DType::kFloat16, ag::DType::kBFloat16}) {
     const ag::Tensor cpu = ag::Tensor::from_vector(values, {7, 143}, dtype);
     const ag::Tensor gpu = cpu.to(ag::Device::kCUDA);
     EXPECT_EQ(gpu.device(), ag::Device::kCUDA);
@@ -133,9 +135,40 @@ TEST(CudaTest, ToDeviceRoundTripAndConversions) {
     ASSERT_TRUE(cpu_half[i] == gpu_half[i] || (std::isnan(cpu_half[i]) && std::isnan(gpu_half[i]))) << i;
   }
   // Filling and accumulation on the device.
+  EXPECT_EQ(ag::full({2}, 1.0 + 0x1p-8 + 0x1p-40, ag::DType::kBFloat16, ag::Device::kCUDA).to_vector(),
+            std::vector<float>(2, 1.0f + 0x1p-7f));  // rounded once from double, as on the CPU
   ag::Tensor z = ag::zeros({3, 5}, ag::DType::kFloat16, ag::Device::kCUDA);
   EXPECT_EQ(z.to_vector(), std::vector<float>(15, 0.0f));
   EXPECT_EQ(ag::full({4}, 0.1, ag::DType::kFloat32, ag::Device::kCUDA).to_vector(), std::vector<float>(4, 0.1f));
+}
+
+// bfloat16 conversions on the device give the CPU's bits exactly: every rounding midpoint and its
+// neighbours, subnormals, NaNs (sign and payload) and overflow, from float, double and int64.
+TEST(CudaTest, BFloat16ConversionsMatchTheCpuBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<float> floats;
+  for (uint32_t b = 0; b < 0x10000u; b += 7) {
+    for (uint32_t low : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0x0001u}) {
+      uint32_t u = (b << 16) | low;
+      float f;
+      std::memcpy(&f, &u, sizeof f);
+      floats.push_back(f);
+    }
+  }
+  // The same conversion on the GPU and on the CPU, compared byte for byte.
+  const auto expect_same = [](const ag::Tensor& from, ag::DType to, const char* what) {
+    EXPECT_EQ(agt::bytes_of(from.to(ag::Device::kCUDA).to(to)), agt::bytes_of(from.to(to))) << what;
+  };
+  const ag::Tensor f32 = ag::Tensor::from_vector(floats, {static_cast<int64_t>(floats.size())});
+  expect_same(f32, ag::DType::kBFloat16, "float32 -> bfloat16");
+  expect_same(f32.to(ag::DType::kFloat64) * 1.0000001f, ag::DType::kBFloat16, "float64 -> bfloat16");
+  const ag::Tensor i64 = ag::Tensor::from_vector(
+      std::vector<int64_t>{(int64_t{1} << 60) + (int64_t{1} << 52) + 1, -3, 257, INT64_MIN, 0}, {5});
+  expect_same(i64, ag::DType::kBFloat16, "int64 -> bfloat16");
+  const ag::Tensor bf16 = f32.to(ag::DType::kBFloat16);
+  expect_same(bf16, ag::DType::kFloat32, "bfloat16 -> float32");
+  expect_same(bf16, ag::DType::kFloat16, "bfloat16 -> float16");
+  expect_same(bf16, ag::DType::kInt64, "bfloat16 -> int64");
 }
 
 TEST(CudaTest, DeviceMismatchIsAClearError) {
@@ -150,7 +183,8 @@ TEST(CudaTest, DeviceMismatchIsAClearError) {
   }
 }
 
-// A small FP16 model trained with GradScaler on one device; returns the parameters after each step.
+// A small model with `low` weights (float16 or bfloat16) trained with GradScaler on one device;
+// returns the parameters after each step.
 struct TrainTrace {
   std::vector<std::vector<float>> params;
   std::vector<bool> stepped;
@@ -159,12 +193,12 @@ struct TrainTrace {
 
 enum class OptKind { kAdam, kSgd };
 
-TrainTrace train(ag::Device device, OptKind kind, double init_scale) {
-  ag::Tensor w = ag::Tensor::from_vector(random_values(4 * 8, 11, -0.5f, 0.5f), {4, 8}, ag::DType::kFloat16, device);
+TrainTrace train(ag::Device device, OptKind kind, double init_scale, ag::DType low) {
+  ag::Tensor w = ag::Tensor::from_vector(random_values(4 * 8, 11, -0.5f, 0.5f), {4, 8}, low, device);
   ag::Tensor b = ag::Tensor::from_vector(random_values(4, 12, -0.5f, 0.5f), {4}, ag::DType::kFloat32, device);
   w.set_requires_grad(true);
   b.set_requires_grad(true);
-  const ag::Tensor x = ag::Tensor::from_vector(random_values(16 * 8, 13), {16, 8}, ag::DType::kFloat16, device);
+  const ag::Tensor x = ag::Tensor::from_vector(random_values(16 * 8, 13), {16, 8}, low, device);
   const ag::Tensor y = ag::Tensor::from_vector(random_values(16 * 4, 14), {16, 4}, ag::DType::kFloat32, device);
   ag::optim::Adam adam({w, b}, {.lr = 1e-2});
   ag::optim::SGD sgd({w, b}, {.lr = 0.05, .momentum = 0.9});
@@ -174,7 +208,7 @@ TrainTrace train(ag::Device device, OptKind kind, double init_scale) {
   TrainTrace trace;
   for (int step = 0; step < 6; ++step) {
     opt.zero_grad();
-    ag::Tensor out = ag::ops::linear(x, w, b.to(ag::DType::kFloat16));
+    ag::Tensor out = ag::ops::linear(x, w, b.to(low));
     ag::Tensor loss = ag::ops::mse_loss(out.to(ag::DType::kFloat32), y);
     scaler.scale(loss).backward();
     trace.stepped.push_back(scaler.step(opt));
@@ -190,16 +224,20 @@ TrainTrace train(ag::Device device, OptKind kind, double init_scale) {
 
 TEST(CudaTest, GradScalerWithOptimizersMatchesCpu) {
   SKIP_WITHOUT_CUDA();
-  // 1e9: the first FP16 gradients overflow, so the first steps are skipped on both devices.
-  for (double init_scale : {1024.0, 1e9}) {
-    for (OptKind kind : {OptKind::kAdam, OptKind::kSgd}) {
-      SCOPED_TRACE(std::string(kind == OptKind::kAdam ? "Adam" : "SGD") + " init_scale " + std::to_string(init_scale));
-      const TrainTrace cpu = train(ag::Device::kCPU, kind, init_scale);
-      const TrainTrace gpu = train(ag::Device::kCUDA, kind, init_scale);
-      EXPECT_EQ(gpu.stepped, cpu.stepped);
-      EXPECT_EQ(gpu.scales, cpu.scales);
-      for (size_t s = 0; s < cpu.params.size(); ++s) {
-        expect_close(gpu.params[s], cpu.params[s], ag::DType::kFloat16, "parameters after step " + std::to_string(s));
+  // 1e9: the first FP16 gradients overflow, so the first steps are skipped on both devices
+  // (bfloat16's range takes it without a skip).
+  for (ag::DType low : {ag::DType::kFloat16, ag::DType::kBFloat16}) {
+    for (double init_scale : {1024.0, 1e9}) {
+      for (OptKind kind : {OptKind::kAdam, OptKind::kSgd}) {
+        SCOPED_TRACE(std::string(kind == OptKind::kAdam ? "Adam" : "SGD") + " init_scale " +
+                     std::to_string(init_scale) + " " + std::string(ag::dtype_name(low)));
+        const TrainTrace cpu = train(ag::Device::kCPU, kind, init_scale, low);
+        const TrainTrace gpu = train(ag::Device::kCUDA, kind, init_scale, low);
+        EXPECT_EQ(gpu.stepped, cpu.stepped);
+        EXPECT_EQ(gpu.scales, cpu.scales);
+        for (size_t s = 0; s < cpu.params.size(); ++s) {
+          expect_close(gpu.params[s], cpu.params[s], low, "parameters after step " + std::to_string(s));
+        }
       }
     }
   }
@@ -207,32 +245,35 @@ TEST(CudaTest, GradScalerWithOptimizersMatchesCpu) {
 
 TEST(CudaTest, AutocastOnCudaFollowsEachPolicy) {
   SKIP_WITHOUT_CUDA();
-  ag::manual_seed(21);
-  ag::nn::Sequential model{ag::nn::Linear(8, 16), ag::nn::ReLU(), ag::nn::Linear(16, 1)};
-  model.to(ag::Device::kCUDA);
-  const ag::Tensor x = ag::randn({32, 8}, ag::DType::kFloat32, ag::Device::kCUDA);
-  const ag::Tensor y = ag::randn({32, 1}, ag::DType::kFloat32, ag::Device::kCUDA);
-  {
-    // A CPU guard leaves CUDA ops alone.
-    ag::amp::AutocastGuard cpu_only(ag::Device::kCPU, ag::DType::kFloat16);
-    EXPECT_EQ(model(x).dtype(), ag::DType::kFloat32);
-  }
-  ag::Tensor loss;
-  {
-    ag::amp::AutocastGuard autocast(ag::Device::kCUDA, ag::DType::kFloat16);
-    const ag::Tensor out = model(x);
-    EXPECT_EQ(out.dtype(), ag::DType::kFloat16);
-    EXPECT_EQ(out.device(), ag::Device::kCUDA);
-    loss = ag::ops::mse_loss(out, y);
-    EXPECT_EQ(loss.dtype(), ag::DType::kFloat32);
-    EXPECT_EQ(ag::ops::sum(out).dtype(), ag::DType::kFloat32);
-    EXPECT_EQ((out + y).dtype(), ag::DType::kFloat32);
-  }
-  loss.backward();
-  for (const ag::Tensor& p : model.parameters()) {
-    ASSERT_TRUE(p.grad().defined());
-    EXPECT_EQ(p.grad().dtype(), ag::DType::kFloat32);  // FP32 parameters get FP32 gradients
-    EXPECT_EQ(p.grad().device(), ag::Device::kCUDA);
+  for (ag::DType low : ag::kLowPrecisionDTypes) {
+    SCOPED_TRACE(std::string(ag::dtype_name(low)));
+    ag::manual_seed(21);
+    ag::nn::Sequential model{ag::nn::Linear(8, 16), ag::nn::ReLU(), ag::nn::Linear(16, 1)};
+    model.to(ag::Device::kCUDA);
+    const ag::Tensor x = ag::randn({32, 8}, ag::DType::kFloat32, ag::Device::kCUDA);
+    const ag::Tensor y = ag::randn({32, 1}, ag::DType::kFloat32, ag::Device::kCUDA);
+    {
+      // A CPU guard leaves CUDA ops alone.
+      ag::amp::AutocastGuard cpu_only(ag::Device::kCPU, low);
+      EXPECT_EQ(model(x).dtype(), ag::DType::kFloat32);
+    }
+    ag::Tensor loss;
+    {
+      ag::amp::AutocastGuard autocast(ag::Device::kCUDA, low);
+      const ag::Tensor out = model(x);
+      EXPECT_EQ(out.dtype(), low);
+      EXPECT_EQ(out.device(), ag::Device::kCUDA);
+      loss = ag::ops::mse_loss(out, y);
+      EXPECT_EQ(loss.dtype(), ag::DType::kFloat32);
+      EXPECT_EQ(ag::ops::sum(out).dtype(), ag::DType::kFloat32);
+      EXPECT_EQ((out + y).dtype(), ag::DType::kFloat32);
+    }
+    loss.backward();
+    for (const ag::Tensor& p : model.parameters()) {
+      ASSERT_TRUE(p.grad().defined());
+      EXPECT_EQ(p.grad().dtype(), ag::DType::kFloat32);  // FP32 parameters get FP32 gradients
+      EXPECT_EQ(p.grad().device(), ag::Device::kCUDA);
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // trip, promotion follows the ranks, and a device without a backend gives the one clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "framework/device.h"
@@ -38,9 +39,17 @@ TEST(DTypeTable, NamesAndClasses) {
   EXPECT_EQ(ag::dtype_name(DType::kFloat32), "float32");
   EXPECT_EQ(ag::dtype_name(DType::kFloat16), "float16");
   EXPECT_EQ(ag::dtype_name(DType::kFloat64), "float64");
+  EXPECT_EQ(ag::dtype_name(DType::kBFloat16), "bfloat16");
+  EXPECT_EQ(ag::dtype_info(DType::kBFloat16).safetensors_name, "BF16");
   EXPECT_TRUE(ag::is_low_precision(DType::kFloat16));
+  EXPECT_TRUE(ag::is_low_precision(DType::kBFloat16));
   EXPECT_FALSE(ag::is_low_precision(DType::kFloat32));
   EXPECT_FALSE(ag::is_low_precision(DType::kFloat64));
+  for (DType dtype : ag::kAllDTypes) {  // the list of 16-bit floats agrees with the table
+    const bool listed = std::find(ag::kLowPrecisionDTypes.begin(), ag::kLowPrecisionDTypes.end(), dtype) !=
+                        ag::kLowPrecisionDTypes.end();
+    EXPECT_EQ(listed, ag::is_low_precision(dtype)) << dtype;
+  }
 }
 
 TEST(DTypeTable, PromotionIsByRankAndSymmetric) {
@@ -48,11 +57,23 @@ TEST(DTypeTable, PromotionIsByRankAndSymmetric) {
     for (DType b : ag::kAllDTypes) {
       const DType p = ag::promote_types(a, b);
       EXPECT_EQ(p, ag::promote_types(b, a));
-      EXPECT_TRUE(p == a || p == b);
+      // One of the two, or float32 for two different 16-bit floats.
+      const bool two_halves = a != b && ag::is_low_precision(a) && ag::is_low_precision(b);
+      if (two_halves) {
+        EXPECT_EQ(p, DType::kFloat32) << a << " + " << b;
+      } else {
+        EXPECT_TRUE(p == a || p == b) << a << " + " << b;
+      }
       EXPECT_GE(ag::dtype_info(p).promotion_rank, ag::dtype_info(a).promotion_rank);
     }
   }
   EXPECT_EQ(ag::promote_types(DType::kFloat16, DType::kFloat32), DType::kFloat32);
+  EXPECT_EQ(ag::promote_types(DType::kBFloat16, DType::kFloat32), DType::kFloat32);
+  EXPECT_EQ(ag::promote_types(DType::kBFloat16, DType::kFloat64), DType::kFloat64);
+  EXPECT_EQ(ag::promote_types(DType::kBFloat16, DType::kInt64), DType::kBFloat16);
+  EXPECT_EQ(ag::promote_types(DType::kBFloat16, DType::kBFloat16), DType::kBFloat16);
+  // As PyTorch: neither 16-bit float holds the other's values, so the pair meets in float32.
+  EXPECT_EQ(ag::promote_types(DType::kFloat16, DType::kBFloat16), DType::kFloat32);
   EXPECT_EQ(ag::promote_types(DType::kFloat32, DType::kFloat64), DType::kFloat64);
 }
 

@@ -1,5 +1,5 @@
 // The CPU GEMM kernel behind linear and matmul, against a float64 reference: every transpose,
-// FP32 and FP16, with and without bias, over shapes that hit the kernel's edges (partial tiles,
+// FP32, FP16 and BF16, with and without bias, over shapes that hit the kernel's edges (partial tiles,
 // k split into several blocks, c split into column blocks, k = 0), and its result must not
 // depend on the thread count. Every micro-kernel this CPU runs (one per instruction-set level)
 // must give the baseline's bits; tests/BUILD runs this file again under AMPGRAD_CPU_ISA=baseline.
@@ -81,12 +81,14 @@ Result run(const Case& c, DType dtype, Transpose ta, Transpose tb, bool with_bia
   return r;
 }
 
-// FP32: a float sum of k terms. FP16: the same float sum rounded once to half, whose rounding
-// (eps/2 relative) dwarfs the float error, so a tolerance of one rounding: an FP16 accumulation
+// FP32: a float sum of k terms. FP16/BF16: the same float sum rounded once, whose rounding
+// (eps/2 relative) dwarfs the float error, so a tolerance of one rounding: a 16-bit accumulation
 // or a missing term would fail it.
 agt::Tol tolerance(DType dtype, int64_t k, double magnitude) {
-  return dtype == DType::kFloat16 ? agt::Tol{1, 1.0} : agt::Tol{k, magnitude};
+  return ag::is_low_precision(dtype) ? agt::Tol{1, 1.0} : agt::Tol{k, magnitude};
 }
+
+constexpr DType kGemmDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
 using Param = std::tuple<DType, Transpose, Transpose, bool>;
 
@@ -114,7 +116,7 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLayouts, GemmTest,
-                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16),
+                         ::testing::Combine(::testing::ValuesIn(kGemmDTypes),
                                             ::testing::Values(Transpose::kNo, Transpose::kYes),
                                             ::testing::Values(Transpose::kNo, Transpose::kYes), ::testing::Bool()),
                          param_name);
@@ -122,14 +124,14 @@ INSTANTIATE_TEST_SUITE_P(AllLayouts, GemmTest,
 TEST(Gemm, WideOutputIsDoneInColumnBlocks) {
   // k * n above the packed-b budget (2^21 floats) makes the kernel cut c into column blocks.
   const Case c{9, 1100, 2100};
-  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+  for (DType dtype : kGemmDTypes) {
     const Result r = run(c, dtype, Transpose::kNo, Transpose::kYes, true, 77);
     EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
   }
 }
 
 TEST(Gemm, EmptyInnerDimensionGivesTheBias) {
-  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+  for (DType dtype : kGemmDTypes) {
     const Result with_bias = run({3, 20, 0}, dtype, Transpose::kNo, Transpose::kNo, true, 5);
     EXPECT_CLOSE(with_bias.out, with_bias.expected, dtype);
     const Result without = run({3, 20, 0}, dtype, Transpose::kYes, Transpose::kNo, false, 5);
@@ -140,7 +142,7 @@ TEST(Gemm, EmptyInnerDimensionGivesTheBias) {
 TEST(Gemm, SmallProductsGiveTheSameBitsAsLargeOnes) {
   // A row on its own is small enough for the kernel's plain-loop path; inside a 200-row product it
   // goes through the packed path. Both sum bias-then-k in order with FMAs, so the bits agree.
-  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+  for (DType dtype : kGemmDTypes) {
     const Tensor a = Tensor::from_vector(agt::random_values(200 * 300, -1, 1, 3), {200, 300}, dtype);
     const Tensor b = Tensor::from_vector(agt::random_values(300 * 20, -1, 1, 4), {20, 300}, dtype);
     const Tensor bias = Tensor::from_vector(agt::random_values(20, -1, 1, 5), {20}, dtype);
@@ -157,7 +159,7 @@ TEST(Gemm, SmallProductsGiveTheSameBitsAsLargeOnes) {
 TEST(Gemm, ResultDoesNotDependOnTheThreadCount) {
   // Each element is summed by one tile in one fixed k order, whichever thread runs the tile.
   const int before = ag::num_threads();
-  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+  for (DType dtype : kGemmDTypes) {
     std::vector<std::vector<double>> results;
     for (int threads : {1, 2, 3}) {
       ag::set_num_threads(threads);
@@ -222,7 +224,7 @@ TEST(GemmLevels, EveryLevelThisCpuRunsGivesTheBaselineBits) {
     std::printf("level %s: kernel %s against %s\n", ag::cpu_isa_name(isa), kernel.name, baseline.name);
     uint64_t seed = 100;
     for (const Case& c : cases) {
-      for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+      for (DType dtype : kGemmDTypes) {
         for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
           for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
             SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " k " << c.k << " "

@@ -1,6 +1,6 @@
-// Every row of the shared op-case table (op_cases.h) in float32, float16 and float64: forward against
-// a float64 reference, a float64 finite-difference gradient check, and FP16 forward/backward
-// against FP32.
+// Every row of the shared op-case table (op_cases.h) in float32, float16, bfloat16 and float64:
+// forward against a float64 reference, a float64 finite-difference gradient check, and each 16-bit
+// dtype's forward/backward against FP32.
 // (FP32 accumulation, casts and error messages are in ops_precision_test.cc and ops_errors_test.cc.)
 #include <gtest/gtest.h>
 
@@ -12,7 +12,6 @@
 #include <tuple>
 #include <vector>
 
-#include "framework/half.h"
 #include "op_cases.h"
 #include "ops/elementwise_kernels.h"
 #include "ops/strided.h"
@@ -60,42 +59,51 @@ TEST_P(OpTest, GradientMatchesFiniteDifferencesInFloat64) {
   EXPECT_TRUE(agt::gradcheck(op.fn, make_inputs(op, DType::kFloat64)));
 }
 
-TEST_P(OpTest, Float16MatchesFloat32) {
-  const OpCase& op = GetParam();
-  // The same (unrounded) inputs: the difference includes rounding them to float16.
+INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(agt::op_cases()), case_name);
+
+class OpLowPrecisionTest : public ::testing::TestWithParam<std::tuple<OpCase, DType>> {};
+
+TEST_P(OpLowPrecisionTest, MatchesFloat32) {
+  const auto& [op, dtype] = GetParam();
+  // The same (unrounded) inputs: the difference includes rounding them to the 16-bit dtype
+  // (evaluate also checks that every gradient has the inputs' dtype).
   const std::vector<Tensor> inputs = make_inputs(op, DType::kFloat64);
-  const agt::Evaluated half = agt::evaluate(op.fn, inputs, DType::kFloat16);
+  const agt::Evaluated low = agt::evaluate(op.fn, inputs, dtype);
   const agt::Evaluated single = agt::evaluate(op.fn, inputs, DType::kFloat32);
-  EXPECT_CLOSE(half.out, single.out, DType::kFloat16, op.tol) << "forward";
-  ASSERT_EQ(half.grads.size(), single.grads.size());
-  for (size_t i = 0; i < half.grads.size(); ++i) {
-    EXPECT_CLOSE(half.grads[i], single.grads[i], DType::kFloat16, op.tol) << "gradient of input " << i;
+  EXPECT_CLOSE(low.out, single.out, dtype, op.tol) << "forward";
+  ASSERT_EQ(low.grads.size(), single.grads.size());
+  for (size_t i = 0; i < low.grads.size(); ++i) {
+    EXPECT_CLOSE(low.grads[i], single.grads[i], dtype, op.tol) << "gradient of input " << i;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(agt::op_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Ops, OpLowPrecisionTest,
+                         ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
+                                            ::testing::ValuesIn(ag::kLowPrecisionDTypes)),
+                         case_dtype_name);
 
 }  // namespace
 
 namespace {
 
-// relu and its gradient on every one of the 65536 binary16 values (the kernel works on the bits),
-// against float: +-0 and negatives (-inf too) give 0, NaN stays NaN, everything else passes; the
-// gradient is 0 exactly where x <= 0 and dy elsewhere (NaN included, as PyTorch).
-TEST(Relu, EveryHalfValueMatchesFloat) {
-  std::vector<ag::Half> bits(65536);
-  for (uint32_t i = 0; i < 65536; ++i) bits[i] = ag::Half{static_cast<uint16_t>(i)};
-  Tensor x = Tensor::empty({65536}, DType::kFloat16);
-  std::copy(bits.begin(), bits.end(), x.data<ag::Half>());
-  const Tensor dy = ag::full({65536}, 3.0, DType::kFloat16);
-  Tensor y = Tensor::empty({65536}, DType::kFloat16), dx = Tensor::empty({65536}, DType::kFloat16);
+// relu and its gradient on every one of the 65536 values of each 16-bit dtype (the kernel works on
+// the bits), against float: +-0 and negatives (-inf too) give 0, NaN stays NaN, everything else
+// passes; the gradient is 0 exactly where x <= 0 and dy elsewhere (NaN included, as PyTorch).
+class Relu16Test : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Relu16Test, EveryValueMatchesFloat) {
+  const DType dtype = GetParam();
+  Tensor x = Tensor::empty({65536}, dtype);
+  auto* bits = static_cast<uint16_t*>(x.data_ptr());
+  for (uint32_t i = 0; i < 65536; ++i) bits[i] = static_cast<uint16_t>(i);
+  const Tensor dy = ag::full({65536}, 3.0, dtype);
+  Tensor y = Tensor::empty({65536}, dtype), dx = Tensor::empty({65536}, dtype);
   ag::kernels::relu(x, y);
   ag::kernels::relu_backward(x, dy, dx);
+  const std::vector<float> values = x.to_vector(), outs = y.to_vector(), grads = dx.to_vector();
   int mismatches = 0;
   for (uint32_t i = 0; i < 65536; ++i) {
-    const float v = ag::half_to_float(bits[i]);
-    const float out = ag::half_to_float(y.data<ag::Half>()[i]);
-    const float grad = ag::half_to_float(dx.data<ag::Half>()[i]);
+    const float v = values[i], out = outs[i], grad = grads[i];
     const bool ok_forward = std::isnan(v) ? std::isnan(out) : (v > 0 ? out == v : (out == 0 && !std::signbit(out)));
     const bool ok_backward = grad == (v <= 0 ? 0.0f : 3.0f);  // NaN passes its gradient, as in PyTorch
     if (!ok_forward || !ok_backward) {
@@ -104,6 +112,9 @@ TEST(Relu, EveryHalfValueMatchesFloat) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Relu16Test, ::testing::ValuesIn(ag::kLowPrecisionDTypes),
+                         [](const auto& info) { return std::string(ag::dtype_name(info.param)); });
 
 // FP16 add/sub/mul over rows long enough for the 8-wide kernel path (37: four vectors and a
 // tail), for each way an operand can be walked (a row, a broadcast row, one value), bit for bit
