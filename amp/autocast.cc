@@ -8,7 +8,7 @@ namespace ampgrad::amp {
 AutocastGuard::AutocastGuard(Device device, DType dtype, bool enabled)
     : device_(device), previous_(autocast::state(device)) {
   AG_CHECK(is_low_precision(dtype), "AutocastGuard: the autocast dtype must be a lower-precision float ",
-           "(float16), got ", dtype, "; hint: for float32 everywhere, pass enabled = false");
+           "(float16 or bfloat16), got ", dtype, "; hint: for float32 everywhere, pass enabled = false");
   autocast::set_state(device, {.enabled = enabled, .dtype = dtype});
   autocast::enter_region();
 }

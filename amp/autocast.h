@@ -6,10 +6,10 @@
 namespace ampgrad::amp {
 
 /// While it lives, ops on `device` run per their cast policy: linear/matmul in `dtype`
-/// (float16), losses and reductions in float32, element-wise ops at the widest input dtype.
-/// RAII and thread-local; nests, restoring the previous state on exit; enabled = false turns
-/// autocast off inside an enclosing region. FP16 copies of FP32 parameters are cached until the
-/// outermost guard exits.
+/// (float16 or bfloat16), losses and reductions in float32, element-wise ops at the widest input
+/// dtype. RAII and thread-local; nests, restoring the previous state on exit (a guard of another
+/// dtype nests too); enabled = false turns autocast off inside an enclosing region. The 16-bit
+/// copies of FP32 parameters are cached, per dtype, until the outermost guard exits.
 class AutocastGuard {
  public:
   explicit AutocastGuard(Device device, DType dtype = DType::kFloat16, bool enabled = true);

@@ -2,6 +2,7 @@
 #include "framework/autocast.h"
 
 #include <array>
+#include <functional>
 #include <unordered_map>
 
 #include "framework/autograd.h"
@@ -22,10 +23,23 @@ struct CacheEntry {
   Tensor copy;
 };
 
+// A cached copy is keyed by its source and its dtype: nested guards of different dtypes (float16
+// inside bfloat16) keep one copy of each, and a lookup can only find a copy of the dtype asked for.
+struct CacheKey {
+  const TensorImpl* source;
+  DType dtype;
+  bool operator==(const CacheKey&) const = default;
+};
+struct CacheKeyHash {
+  size_t operator()(const CacheKey& key) const {
+    return std::hash<const TensorImpl*>()(key.source) ^ static_cast<size_t>(key.dtype);
+  }
+};
+
 struct ThreadState {
   std::array<State, kNumDevices> per_device;
   size_t depth = 0;
-  std::unordered_map<const TensorImpl*, CacheEntry> cache;  // keyed by source; one autocast dtype at a time
+  std::unordered_map<CacheKey, CacheEntry, CacheKeyHash> cache;
 };
 
 thread_local ThreadState tls;
@@ -36,16 +50,16 @@ thread_local ThreadState tls;
 Tensor cached_cast(const Tensor& t, DType dtype) {
   const bool cacheable = tls.depth > 0 && t.is_leaf() && t.requires_grad() && t.dtype() == DType::kFloat32;
   if (!cacheable) return t.to(dtype);
-  auto it = tls.cache.find(t.impl());
+  const CacheKey key{t.impl(), dtype};
+  auto it = tls.cache.find(key);
   if (it != tls.cache.end()) {
     const CacheEntry& entry = it->second;
-    const bool fresh = entry.storage == t.impl()->storage && entry.version == t.version() &&
-                       entry.copy.dtype() == dtype;
+    const bool fresh = entry.storage == t.impl()->storage && entry.version == t.version();
     const bool has_history = entry.copy.grad_fn() != nullptr || !GradMode::is_enabled();
     if (fresh && has_history) return entry.copy;
   }
   Tensor copy = t.to(dtype);
-  tls.cache.insert_or_assign(t.impl(), CacheEntry{t, t.impl()->storage, t.version(), copy});
+  tls.cache.insert_or_assign(key, CacheEntry{t, t.impl()->storage, t.version(), copy});
   return copy;
 }
 
