@@ -50,6 +50,15 @@ void Optimizer::add_params(const std::vector<Tensor>& params) {
   }
 }
 
+void Optimizer::set_master_weights(MasterWeights mode) {
+  master_weights_ = mode;
+  if (mode == MasterWeights::kNone) {
+    for (Tensor& p : params_) {
+      if (p.dtype() != DType::kFloat32) p.set_master(Tensor());
+    }
+  }
+}
+
 size_t Optimizer::param_group_of(size_t index) const {
   AG_CHECK(index < params_.size(), name_, ": no parameter ", index, " (the optimizer has ", params_.size(), ")");
   size_t group = group_begin_.size() - 1;
@@ -91,8 +100,9 @@ Tensor Optimizer::master_of(size_t index) {
   Tensor& p = params_.at(index);
   if (p.dtype() == DType::kFloat32) return p;
   Tensor master = p.master();
-  const bool in_sync = master.defined() && synced_storage_[index].defined() &&
-                       synced_storage_[index].data_ptr() == p.data_ptr() && synced_version_[index] == p.version();
+  const bool in_sync = master_weights_ == MasterWeights::kFp32 && master.defined() &&
+                       synced_storage_[index].defined() && synced_storage_[index].data_ptr() == p.data_ptr() &&
+                       synced_version_[index] == p.version();
   if (!in_sync) {
     Tensor grad = master.defined() ? master.grad() : Tensor();  // an unscaled gradient stays valid
     master = p.detach().to(DType::kFloat32);
@@ -121,7 +131,9 @@ void Optimizer::step() {
     // The update rounds the new master into a lower-precision parameter in the same pass.
     update(i, master, grad, has_master ? kernels::RoundedCopy{p.data_ptr(), p.dtype()} : kernels::RoundedCopy{});
     p.bump_version();
-    if (has_master) {
+    if (has_master && master_weights_ == MasterWeights::kNone) {
+      p.set_master(Tensor());  // not kept: the next step starts from the rounded parameter
+    } else if (has_master) {
       master.bump_version();
       master.set_grad(Tensor());  // consumed: the next step derives it afresh
       mark_in_sync(i);

@@ -39,6 +39,12 @@ struct ParamGroup {
   std::optional<Options> options = std::nullopt;
 };
 
+/// Whether lower-precision parameters keep FP32 master weights between steps. kNone is there to
+/// show why they matter (examples/underflow_demo): no master is kept, every step starts from the
+/// rounded parameter (the update itself is still computed in FP32, from FP32 optimizer state), so
+/// an update below half the parameter's spacing (2^-9 just below 1 in bfloat16) is lost.
+enum class MasterWeights : bool { kFp32, kNone };
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -69,9 +75,14 @@ class Optimizer {
   void set_lr(double lr);
   void set_lr(size_t group, double lr);
 
+  /// kFp32 (the default) or kNone: see MasterWeights; kNone drops the masters kept so far.
+  /// Float32 parameters are their own masters either way.
+  void set_master_weights(MasterWeights mode);
+  MasterWeights master_weights() const { return master_weights_; }
   /// The FP32 tensor the update writes: the parameter itself if float32, else its master copy,
   /// first remade from the parameter if the parameter changed outside the optimizer (a
-  /// model.to(), a checkpoint load or a manual write), so the master is never stale.
+  /// model.to(), a checkpoint load or a manual write), so the master is never stale; with
+  /// MasterWeights::kNone, made from the parameter for this step only.
   Tensor master_of(size_t index);
   /// The FP32 gradient the next step would use for parameter `index` (undefined if none):
   /// Tensor::step_grad(), converted to FP32 when the parameter is lower precision.
@@ -123,6 +134,7 @@ class Optimizer {
   std::vector<Tensor> params_;
   std::vector<size_t> group_begin_;  // index in params_ of each group's first parameter
   int64_t steps_taken_ = 0;
+  MasterWeights master_weights_ = MasterWeights::kFp32;
   // What each parameter looked like when its master was last in sync with it: an alias of its
   // storage (held, so the address cannot be reused) and that storage's version.
   std::vector<Tensor> synced_storage_;
