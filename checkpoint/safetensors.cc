@@ -139,7 +139,7 @@ NamedTensors parse_safetensors(const std::string& bytes, const std::string& sour
     const std::optional<DType> parsed =
         dtype_json.is_string() ? dtype_from_safetensors_name(dtype_json.get<std::string>()) : std::nullopt;
     if (!parsed) {
-      fail(where + "unsupported dtype " + dtype_json.dump() + " (ampgrad reads F32, F16 and F64)");
+      fail(where + "unsupported dtype " + dtype_json.dump() + " (ampgrad reads F32, F16, BF16, F64 and I64)");
     }
     const DType dtype = *parsed;
     const json& shape_json = entry["shape"];

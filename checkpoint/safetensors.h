@@ -21,7 +21,7 @@ struct NamedTensors {
 /// short write, a crash) the previous file at `path` is left intact; errors throw Error.
 void save_safetensors(const std::string& path, const NamedTensors& contents);
 
-/// Reads a safetensors file onto the CPU (F32, F16 and F64 tensors). Throws an Error naming the
+/// Reads a safetensors file onto the CPU (F32, F16, BF16, F64 and I64 tensors). Throws an Error naming the
 /// file and the problem for a missing, truncated or corrupted file, an oversized header, an
 /// unsupported dtype or inconsistent offsets; it never reads out of bounds and never allocates
 /// more than the file's own size.

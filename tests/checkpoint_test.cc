@@ -1,7 +1,7 @@
 // Training-state checkpoints: a stopped, saved, reloaded and resumed run is bit-identical to an
-// uninterrupted one (FP32, AMP, FP16 parameters; parameter groups and an lr schedule); files
-// follow the safetensors format (read back with Python's standard library); bad files throw and
-// leave the run untouched. More in checkpoint_format_test.cc.
+// uninterrupted one (FP32, FP16 and BF16 autocast, FP16 and BF16 parameters; parameter groups and
+// an lr schedule); files follow the safetensors format (read back with Python's standard library);
+// bad files throw and leave the run untouched. More in checkpoint_format_test.cc.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
@@ -40,17 +41,34 @@ namespace fs = std::filesystem;
 
 namespace {
 
-enum class Setup { kFp32Sgd, kAmpAdam, kFp16ParamsAdamW };
+enum class Setup { kFp32Sgd, kAmpAdam, kFp16ParamsAdamW, kBf16AutocastAdam, kBf16ParamsAdamW };
+
+// The 16-bit dtype a setup computes in (float32 for kFp32Sgd).
+ag::DType compute_dtype(Setup setup) {
+  switch (setup) {
+    case Setup::kFp32Sgd: return ag::DType::kFloat32;
+    case Setup::kAmpAdam:
+    case Setup::kFp16ParamsAdamW: return ag::DType::kFloat16;
+    case Setup::kBf16AutocastAdam:
+    case Setup::kBf16ParamsAdamW: return ag::DType::kBFloat16;
+  }
+  return ag::DType::kFloat32;
+}
+
+bool low_precision_parameters(Setup setup) {
+  return setup == Setup::kFp16ParamsAdamW || setup == Setup::kBf16ParamsAdamW;
+}
+bool autocast(Setup setup) { return setup == Setup::kAmpAdam || setup == Setup::kBf16AutocastAdam; }
 
 // One training run: model, optimizer, scaler; every step draws a fresh batch from the global
 // generator, so resuming also needs the generator's state.
 struct TrainingRun {
   explicit TrainingRun(Setup setup_in) : setup(setup_in) {
     model = std::make_unique<ag::nn::Sequential>(ag::nn::Linear(6, 16), ag::nn::ReLU(), ag::nn::Linear(16, 1));
-    if (setup == Setup::kFp16ParamsAdamW) model->to(ag::DType::kFloat16);
+    if (low_precision_parameters(setup)) model->to(compute_dtype(setup));
     if (setup == Setup::kFp32Sgd) {
       opt = std::make_unique<ag::optim::SGD>(model->parameters(), ag::optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
-    } else if (setup == Setup::kAmpAdam) {
+    } else if (autocast(setup)) {
       opt = std::make_unique<ag::optim::Adam>(model->parameters(), ag::optim::AdamOptions{.lr = 1e-2});
     } else {
       // Weight decay on the weights only, in two groups (the transformer recipe).
@@ -66,18 +84,20 @@ struct TrainingRun {
     scheduler = std::make_unique<ag::optim::CosineWithWarmupLR>(
         *opt, ag::optim::CosineWithWarmupOptions{.warmup_steps = 5, .total_steps = 30, .min_lr_factor = 0.1});
     // A small growth interval and a huge initial scale make the schedule move within a few steps.
+    // The BF16 setups follow the recommended recipe: no scaler.
     scaler = std::make_unique<ag::amp::GradScaler>(ag::amp::GradScalerOptions{
-        .init_scale = 1e9, .growth_interval = 3, .enabled = setup != Setup::kFp32Sgd});
+        .init_scale = 1e9, .growth_interval = 3, .enabled = compute_dtype(setup) == ag::DType::kFloat16});
   }
 
   float step() {
     ag::Tensor x = ag::randn({32, 6});
-    if (setup == Setup::kFp16ParamsAdamW) x = x.to(ag::DType::kFloat16);
+    if (low_precision_parameters(setup)) x = x.to(compute_dtype(setup));
     const ag::Tensor y = ag::randn({32, 1});
     opt->zero_grad();
     ag::Tensor loss;
     {
-      ag::amp::AutocastGuard autocast(ag::Device::kCPU, ag::DType::kFloat16, setup == Setup::kAmpAdam);
+      ag::amp::AutocastGuard guard(ag::Device::kCPU, autocast(setup) ? compute_dtype(setup) : ag::DType::kFloat16,
+                                   autocast(setup));
       loss = ag::ops::mse_loss((*model)(x).to(ag::DType::kFloat32), y);
     }
     scaler->scale(loss).backward();
@@ -148,33 +168,40 @@ TEST_P(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Setups, CheckpointTest,
-                         ::testing::Values(Setup::kFp32Sgd, Setup::kAmpAdam, Setup::kFp16ParamsAdamW));
+                         ::testing::Values(Setup::kFp32Sgd, Setup::kAmpAdam, Setup::kFp16ParamsAdamW,
+                                           Setup::kBf16AutocastAdam, Setup::kBf16ParamsAdamW));
 
 class CheckpointFileTest : public CheckpointTest {};
 
+// The Python reader decodes F16 and BF16 itself (safetensors.torch loads "BF16" as torch.bfloat16).
 TEST_F(CheckpointFileTest, ModelFileReadsBackWithPythonStandardLibrary) {
   if (std::system("python3 -c 'import json, struct' > /dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 here";
-  ag::manual_seed(5);
-  ag::nn::Sequential model{ag::nn::Linear(3, 2), ag::nn::ReLU(), ag::nn::Linear(2, 1)};
-  model.to(ag::DType::kFloat16);
-  ck::save_model(path("model.safetensors"), model);
-  const std::string command = "python3 tests/read_safetensors.py " + path("model.safetensors");
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buffer[256];
-  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
-  ASSERT_EQ(::pclose(pipe), 0) << out;
-  // PyTorch's state_dict names for nn.Sequential(Linear, ReLU, Linear), in FP16.
-  const float w00 = model.parameters()[0].to_vector()[0];
-  EXPECT_NE(out.find("0.bias F16 [2]"), std::string::npos) << out;
-  EXPECT_NE(out.find("0.weight F16 [2, 3]"), std::string::npos) << out;
-  EXPECT_NE(out.find("2.bias F16 [1]"), std::string::npos) << out;
-  EXPECT_NE(out.find("2.weight F16 [1, 2]"), std::string::npos) << out;
-  // Python's float repr of the first weight equals ours (FP16 values are exact in float).
-  const size_t at = out.find("0.weight F16 [2, 3] ");
-  ASSERT_NE(at, std::string::npos);
-  EXPECT_FLOAT_EQ(std::stof(out.substr(at + std::strlen("0.weight F16 [2, 3] "))), w00) << out;
+  for (ag::DType dtype : ag::kLowPrecisionDTypes) {
+    const std::string name(ag::dtype_info(dtype).safetensors_name);
+    SCOPED_TRACE(name);
+    ag::manual_seed(5);
+    ag::nn::Sequential model{ag::nn::Linear(3, 2), ag::nn::ReLU(), ag::nn::Linear(2, 1)};
+    model.to(dtype);
+    ck::save_model(path("model.safetensors"), model);
+    const std::string command = "python3 tests/read_safetensors.py " + path("model.safetensors");
+    FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    char buffer[256];
+    while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+    ASSERT_EQ(::pclose(pipe), 0) << out;
+    // PyTorch's state_dict names for nn.Sequential(Linear, ReLU, Linear), in the 16-bit dtype.
+    const float w00 = model.parameters()[0].to_vector()[0];
+    EXPECT_NE(out.find("0.bias " + name + " [2]"), std::string::npos) << out;
+    EXPECT_NE(out.find("0.weight " + name + " [2, 3]"), std::string::npos) << out;
+    EXPECT_NE(out.find("2.bias " + name + " [1]"), std::string::npos) << out;
+    EXPECT_NE(out.find("2.weight " + name + " [1, 2]"), std::string::npos) << out;
+    // Python's float repr of the first weight equals ours (16-bit values are exact in float).
+    const std::string prefix = "0.weight " + name + " [2, 3] ";
+    const size_t at = out.find(prefix);
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_FLOAT_EQ(std::stof(out.substr(at + prefix.size())), w00) << out;
+  }
 }
 
 // Loading `file` into a fresh FP32-SGD run throws an Error containing `expected` and the file

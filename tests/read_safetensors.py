@@ -5,8 +5,16 @@ import json
 import struct
 import sys
 
-SIZES = {"F16": 2, "F32": 4, "F64": 8}
-CODES = {"F16": "e", "F32": "f", "F64": "d"}
+SIZES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I64": 8}
+CODES = {"F16": "e", "F32": "f", "F64": "d", "I64": "q"}
+
+
+def first_value(dtype, body, begin):
+    if dtype == "BF16":  # the upper half of a float32: widen by appending two zero bytes below it
+        (bits,) = struct.unpack_from("<H", body, begin)
+        return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+    return struct.unpack_from("<" + CODES[dtype], body, begin)[0]
+
 
 with open(sys.argv[1], "rb") as f:
     data = f.read()
@@ -24,7 +32,7 @@ for name, entry in sorted(header.items()):
         count *= d
     assert end - begin == count * SIZES[entry["dtype"]], name
     ends.append((begin, end))
-    first = struct.unpack_from("<" + CODES[entry["dtype"]], body, begin)[0] if count else None
+    first = first_value(entry["dtype"], body, begin) if count else None
     print(name, entry["dtype"], entry["shape"], repr(first))
 covered = 0
 for begin, end in sorted(ends):

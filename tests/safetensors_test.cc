@@ -72,6 +72,7 @@ ck::NamedTensors sample() {
   ck::NamedTensors c;
   c.tensors.emplace_back("a.weight", ag::randn({3, 4}));
   c.tensors.emplace_back("b.half", ag::randn({5}, ag::DType::kFloat16));
+  c.tensors.emplace_back("b.bfloat16", ag::randn({2, 3}, ag::DType::kBFloat16));
   c.tensors.emplace_back("c.double", ag::randn({2, 1, 2}, ag::DType::kFloat64));
   c.tensors.emplace_back("scalar", ag::full({}, 7.5));
   c.metadata["format"] = "pt";
@@ -109,6 +110,27 @@ TEST_F(SafetensorsTest, ByteLayoutFollowsTheFormat) {
   std::memcpy(values, bytes.data() + 8 + n, 8);
   EXPECT_EQ(values[0], 1.0f);
   EXPECT_EQ(values[1], -2.0f);
+}
+
+// BF16 is stored as safetensors' "BF16": each value the upper two bytes of its float32,
+// little-endian, which safetensors.torch reads as torch.bfloat16.
+TEST_F(SafetensorsTest, Bfloat16IsStoredAsBF16) {
+  ck::NamedTensors c;
+  const std::vector<float> values{1.0f, -2.0f, 0x1p-130f};
+  c.tensors.emplace_back("w", ag::Tensor::from_vector(values, {3}, ag::DType::kBFloat16));
+  ck::save_safetensors(path("w.safetensors"), c);
+  const std::string bytes = read_bytes(path("w.safetensors"));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  const std::string header = bytes.substr(8, n);
+  EXPECT_NE(header.find(R"("w":{"data_offsets":[0,6],"dtype":"BF16","shape":[3]})"), std::string::npos) << header;
+  ASSERT_EQ(bytes.size(), 8 + n + 6);
+  // 1.0f is 0x3f800000, -2.0f 0xc0000000; 2^-130 is a BF16 subnormal, 0x0008 (8 * 2^-133).
+  EXPECT_EQ(bytes.substr(8 + n), std::string("\x80\x3f\x00\xc0\x08\x00", 6));
+  const ck::NamedTensors loaded = ck::load_safetensors(path("w.safetensors"));
+  ASSERT_EQ(loaded.tensors.size(), 1u);
+  EXPECT_EQ(loaded.tensors[0].second.dtype(), ag::DType::kBFloat16);
+  EXPECT_EQ(loaded.tensors[0].second.to_vector(), values);
 }
 
 TEST_F(SafetensorsTest, FailedSaveLeavesThePreviousFileIntact) {
@@ -168,7 +190,7 @@ TEST_F(SafetensorsTest, BadFilesGiveClearErrors) {
   expect_load_error(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "exceeds the limit");
   expect_load_error(file_with_header("{not json", ""), "not valid JSON");
   expect_load_error(file_with_header("[1,2]", ""), "not a JSON object");
-  expect_load_error(file_with_header(R"({"t":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", std::string(4, '\0')),
+  expect_load_error(file_with_header(R"({"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", std::string(4, '\0')),
                     "unsupported dtype");
   expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data), "needs 12");
   expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data),
