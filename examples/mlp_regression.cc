@@ -1,5 +1,6 @@
-// A small MLP learns y = sin(x1) + x2^2 on [-2, 2]^2, printing progress. --amp trains with FP16
-// autocast and dynamic loss scaling; --device=cuda runs on the GPU.
+// A small MLP learns y = sin(x1) + x2^2 on [-2, 2]^2, printing progress. --amp (or --amp=fp16)
+// trains with FP16 autocast and dynamic loss scaling; --amp=bf16 with BF16 autocast and no loss
+// scaling (BF16 has FP32's range); --device=cuda runs on the GPU.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -25,18 +26,23 @@ void make_data(int64_t n, ag::Device device, ag::Tensor& x, ag::Tensor& y) {
 
 int main(int argc, char** argv) {
   bool amp = false;
+  ag::DType amp_dtype = ag::DType::kFloat16;
   ag::Device device = ag::Device::kCPU;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--amp") {
+    if (arg == "--amp" || arg == "--amp=fp16") {
       amp = true;
+    } else if (arg == "--amp=bf16") {
+      amp = true;
+      amp_dtype = ag::DType::kBFloat16;
     } else if (arg == "--device=cuda") {
       device = ag::Device::kCUDA;
     } else if (arg != "--device=cpu") {
-      std::fprintf(stderr, "usage: %s [--amp] [--device=cpu|cuda]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--amp[=fp16|bf16]] [--device=cpu|cuda]\n", argv[0]);
       return 2;
     }
   }
+  const bool fp16 = amp && amp_dtype == ag::DType::kFloat16;
   try {
     ag::manual_seed(42);
     ag::Tensor x, y, x_test, y_test;
@@ -47,16 +53,18 @@ int main(int argc, char** argv) {
                              ag::nn::Linear(64, 1)};
     model.to(device);
     ag::optim::Adam opt(model.parameters(), {.lr = 3e-3});
-    ag::amp::GradScaler scaler({.enabled = amp});
-    std::printf("training %s on %s\n", amp ? "with AMP (fp16 autocast + GradScaler)" : "in fp32",
-                std::string(ag::device_name(device)).c_str());
+    ag::amp::GradScaler scaler({.enabled = fp16});  // BF16 needs no loss scaling
+    const char* mode = !amp   ? "in fp32"
+                       : fp16 ? "with AMP (fp16 autocast + GradScaler)"
+                              : "with AMP (bf16 autocast, no scaler)";
+    std::printf("training %s on %s\n", mode, std::string(ag::device_name(device)).c_str());
 
     const int steps = 2000;
     for (int step = 1; step <= steps; ++step) {
       opt.zero_grad();
       ag::Tensor loss;
       {
-        ag::amp::AutocastGuard autocast(device, ag::DType::kFloat16, amp);
+        ag::amp::AutocastGuard autocast(device, amp_dtype, amp);
         loss = ag::ops::mse_loss(model(x), y);
       }
       scaler.scale(loss).backward();

@@ -1,5 +1,6 @@
-// Trains a small MLP with Adam on a teacher-student regression whose loss carries a 1e-6
-// weight, so the true gradients (1e-5..1e-8) sit at or below FP16's subnormal range.
+// Trains a small MLP with Adam on a teacher-student regression whose loss carries a 1e-4
+// weight, so the true gradients (1e-5..1e-8) sit at or below FP16's subnormal range. BF16 holds
+// such gradients (FP32's exponent range), but its 8 significand bits lose small weight updates.
 #include "examples/underflow.h"
 
 #include <algorithm>
@@ -18,6 +19,9 @@ std::string mode_name(Mode mode) {
     case Mode::kFp16NoScaling: return "fp16, no loss scaling";
     case Mode::kFp16StaticScale: return "fp16, static scale 2^20";
     case Mode::kFp16DynamicScale: return "fp16, dynamic GradScaler";
+    case Mode::kBf16NoScaling: return "bf16, no loss scaling";
+    case Mode::kBf16ParamsNoMasters: return "bf16 params, no masters";
+    case Mode::kBf16ParamsMasters: return "bf16 params, fp32 masters";
   }
   return "?";
 }
@@ -30,6 +34,8 @@ Result train(Mode mode, const Config& config) {
   ag::nn::Sequential model{ag::nn::Linear(32, 64), ag::nn::ReLU(), ag::nn::Linear(64, 1)};
   teacher.to(dev);
   model.to(dev);
+  const bool bf16_params = mode == Mode::kBf16ParamsNoMasters || mode == Mode::kBf16ParamsMasters;
+  if (bf16_params) model.to(ag::DType::kBFloat16);  // before the optimizer, which makes the masters
   const ag::Tensor x = ag::randn({256, 32}).to(dev);
   ag::Tensor y;
   {
@@ -38,8 +44,10 @@ Result train(Mode mode, const Config& config) {
   }
 
   ag::optim::Adam opt(model.parameters(), {.lr = 1e-3});
-  const bool fp16 = mode != Mode::kFp32;
+  if (mode == Mode::kBf16ParamsNoMasters) opt.set_master_weights(ag::optim::MasterWeights::kNone);
   const bool scaled = mode == Mode::kFp16StaticScale || mode == Mode::kFp16DynamicScale;
+  const bool low = mode != Mode::kFp32;
+  const ag::DType autocast_dtype = scaled || mode == Mode::kFp16NoScaling ? ag::DType::kFloat16 : ag::DType::kBFloat16;
   ag::amp::GradScalerOptions scaler_options{.enabled = scaled};
   if (mode == Mode::kFp16StaticScale) {
     // A static scale is a scaler whose scale cannot move; it still skips steps that overflow.
@@ -51,14 +59,28 @@ Result train(Mode mode, const Config& config) {
     scaler.set_grad_stats_interval(config.stats_every);
   }
 
+  // The weights a step updates: FP32 parameters, the FP32 masters of BF16 ones, or (without masters)
+  // the BF16 parameters themselves.
+  const auto stored_weights = [&] {
+    std::vector<float> all;
+    for (size_t i = 0; i < opt.parameters().size(); ++i) {
+      const ag::Tensor& p = opt.parameters()[i];
+      const bool own = p.dtype() == ag::DType::kFloat32 || opt.master_weights() == ag::optim::MasterWeights::kNone;
+      const std::vector<float> values = (own ? p : opt.master_of(i)).to_vector();
+      all.insert(all.end(), values.begin(), values.end());
+    }
+    return all;
+  };
+
   Result result;
-  int64_t zeros = 0, total = 0;
+  int64_t zeros = 0, total = 0, unchanged = 0, updated = 0;
   std::vector<double> magnitudes;
   for (int64_t step = 0; step < config.steps; ++step) {
     opt.zero_grad();
     ag::Tensor loss;
     {
-      ag::amp::AutocastGuard autocast(dev, ag::DType::kFloat16, /*enabled=*/fp16);
+      // With BF16 parameters autocast casts only the FP32 input to BF16.
+      ag::amp::AutocastGuard autocast(dev, autocast_dtype, /*enabled=*/low);
       loss = ag::ops::mse_loss(model(x), y) * static_cast<float>(config.loss_weight);
     }
     result.losses.push_back(loss.item() / config.loss_weight);
@@ -68,18 +90,22 @@ Result train(Mode mode, const Config& config) {
       // The true gradients: the stored ones carry the scale.
       result.histogram = ag::amp::measure_grad_stats(model.named_parameters(), scaler.get_scale()).total().histogram;
     }
-    // Gradients as the FP16 backward produced them (still scaled): count exact zeros.
+    // Gradients as the 16-bit backward produced them (still scaled): count exact zeros.
     for (const ag::Tensor& p : model.parameters()) {
       for (float g : p.grad().to_vector()) {
         zeros += g == 0.0f;
         ++total;
-        if (!fp16 && step == 0) magnitudes.push_back(std::fabs(g));
+        if (!low && step == 0) magnitudes.push_back(std::fabs(g));
       }
     }
+    const std::vector<float> before = stored_weights();
     if (!scaler.step(opt)) {
       ++result.skipped_steps;
       result.skipped.push_back(step);
     }
+    const std::vector<float> after = stored_weights();
+    for (size_t j = 0; j < after.size(); ++j) unchanged += after[j] == before[j];
+    updated += static_cast<int64_t>(after.size());
     if (const ag::amp::GradStatsReport* stats = scaler.grad_stats(); stats != nullptr && stats->iteration == step) {
       result.recommended = ag::amp::recommend_scale(stats->total().histogram);
       result.scale_at_recommendation = stats->scale;
@@ -87,7 +113,10 @@ Result train(Mode mode, const Config& config) {
     scaler.update();
   }
   {
+    // In FP32 for every mode (BF16 parameters widen exactly), so the rounding of a BF16 forward
+    // does not blur the comparison.
     ag::NoGradGuard no_grad;
+    if (bf16_params) model.to(ag::DType::kFloat32);
     result.final_loss = ag::ops::mse_loss(model(x), y).item();
   }
   result.zero_grad_fraction = static_cast<double>(zeros) / static_cast<double>(std::max<int64_t>(total, 1));
@@ -96,11 +125,13 @@ Result train(Mode mode, const Config& config) {
     result.median_abs_fp32_grad = magnitudes[magnitudes.size() / 2];
   }
   result.final_scale = scaled ? scaler.get_scale() : 1.0;
+  result.lost_update_fraction = static_cast<double>(unchanged) / static_cast<double>(std::max<int64_t>(updated, 1));
   return result;
 }
 
 std::vector<Mode> all_modes() {
-  return {Mode::kFp32, Mode::kFp16NoScaling, Mode::kFp16StaticScale, Mode::kFp16DynamicScale};
+  return {Mode::kFp32,          Mode::kFp16NoScaling,        Mode::kFp16StaticScale, Mode::kFp16DynamicScale,
+          Mode::kBf16NoScaling, Mode::kBf16ParamsNoMasters, Mode::kBf16ParamsMasters};
 }
 
 std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>& runs, const std::string& dir) {
@@ -113,7 +144,7 @@ std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>&
     return xs;
   };
 
-  utils::Chart loss{.title = "training loss: FP32 and FP16 with and without loss scaling",
+  utils::Chart loss{.title = "training loss: FP32, FP16 with and without loss scaling, BF16",
                     .xlabel = "step",
                     .ylabel = "MSE (log scale)",
                     .log_y = true};

@@ -1,5 +1,6 @@
 // The loss-scaling experiment behind examples/underflow_demo (and its test): one model, data and
-// optimizer trained four ways, on a task whose true gradients are tiny (1e-5 to 1e-8).
+// optimizer trained seven ways, on a task whose true gradients are tiny (1e-5 to 1e-8): FP16's
+// failure (gradients underflow) and BF16's (updates below its resolution are lost) side by side.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,15 @@
 
 namespace underflow {
 
-enum class Mode { kFp32, kFp16NoScaling, kFp16StaticScale, kFp16DynamicScale };
+enum class Mode {
+  kFp32,
+  kFp16NoScaling,
+  kFp16StaticScale,
+  kFp16DynamicScale,
+  kBf16NoScaling,        // BF16 autocast over FP32 parameters, no scaler: the recommended recipe
+  kBf16ParamsNoMasters,  // BF16 parameters updated in place (MasterWeights::kNone), no scaler
+  kBf16ParamsMasters,    // BF16 parameters with FP32 masters, no scaler
+};
 
 std::string mode_name(Mode mode);
 
@@ -19,6 +28,9 @@ struct Result {
   double final_loss = 0.0;            // unweighted MSE on the training batch, in FP32
   double zero_grad_fraction = 0.0;    // share of weight-gradient values exactly 0, over all steps
   double median_abs_fp32_grad = 0.0;  // typical true gradient magnitude (FP32 run), for the table
+  // Share of weight values a step left exactly unchanged, over all steps: the weights the
+  // optimizer updates (FP32 parameters or masters; BF16 parameters when there are no masters).
+  double lost_update_fraction = 0.0;
   int64_t skipped_steps = 0;
   double final_scale = 1.0;           // 1 when no scaling is used
   // Per step, for the plots:

@@ -1,5 +1,6 @@
-// Why loss scaling matters, made visible: the same training run in FP32, and in FP16 autocast
-// without scaling, with a static scale and with the dynamic GradScaler.
+// Why loss scaling matters for FP16 and master weights for BF16, made visible: the same training
+// run in FP32; in FP16 autocast without scaling, with a static scale and with the dynamic
+// GradScaler; in BF16 autocast without scaling; and with BF16 parameters without and with masters.
 //   underflow_demo [--plot DIR]   DIR: loss.png, scale.png, grad_exponents.png (needs gnuplot)
 #include <cstdio>
 #include <cstring>
@@ -31,19 +32,22 @@ int main(int argc, char** argv) {
   for (Mode mode : underflow::all_modes()) runs.emplace_back(mode, underflow::train(mode, config));
   std::printf("median |true gradient| at step 0: %.2e (FP16's smallest subnormal is 6.0e-08)\n\n",
               runs.front().second.median_abs_fp32_grad);
-  std::printf("%-26s %12s %12s %10s %12s\n", "mode", "final loss", "zero grads", "skipped", "final scale");
+  std::printf("%-26s %12s %12s %10s %12s %13s\n", "mode", "final loss", "zero grads", "skipped", "final scale",
+              "lost updates");
+  const underflow::Result* dynamic = nullptr;
   for (const auto& [mode, r] : runs) {
-    std::printf("%-26s %12.4e %11.1f%% %10lld %12.0f\n", underflow::mode_name(mode).c_str(), r.final_loss,
-                100.0 * r.zero_grad_fraction, static_cast<long long>(r.skipped_steps), r.final_scale);
+    std::printf("%-26s %12.4e %11.1f%% %10lld %12.0f %12.1f%%\n", underflow::mode_name(mode).c_str(), r.final_loss,
+                100.0 * r.zero_grad_fraction, static_cast<long long>(r.skipped_steps), r.final_scale,
+                100.0 * r.lost_update_fraction);
+    if (mode == Mode::kFp16DynamicScale) dynamic = &r;
   }
-  const underflow::Result& dynamic = runs.back().second;
-  if (!dynamic.recommended.empty) {
+  if (dynamic != nullptr && !dynamic->recommended.empty) {
     std::printf("\ngradient statistics (every %lld steps): recommended scale %s (%.2f%% of values underflow "
                 "there), GradScaler's scale %s\n",
                 static_cast<long long>(config.stats_every),
-                ampgrad::amp::format_scale(dynamic.recommended.scale).c_str(),
-                100.0 * dynamic.recommended.underflow_fraction,
-                ampgrad::amp::format_scale(dynamic.scale_at_recommendation).c_str());
+                ampgrad::amp::format_scale(dynamic->recommended.scale).c_str(),
+                100.0 * dynamic->recommended.underflow_fraction,
+                ampgrad::amp::format_scale(dynamic->scale_at_recommendation).c_str());
   }
   if (!plot_dir.empty()) {
     for (const std::string& path : underflow::write_plots(runs, plot_dir)) std::printf("wrote %s\n", path.c_str());

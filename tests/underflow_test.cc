@@ -1,5 +1,7 @@
-// The underflow demo's claim, asserted: FP16 without loss scaling stalls on tiny gradients
-// (most gradient values flush to zero), while static and dynamic loss scaling track FP32.
+// The underflow demo's claims, asserted: FP16 without loss scaling stalls on tiny gradients
+// (most gradient values flush to zero), while static and dynamic loss scaling track FP32; BF16
+// needs no scaling (no gradient flushes), but BF16 parameters without FP32 masters lose most small
+// updates to rounding and stall, while masters keep them.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -39,6 +41,8 @@ TEST(UnderflowDemo, ScalingRescuesTinyGradients) {
   }
   EXPECT_EQ(fixed.final_scale, 1048576.0);
   EXPECT_EQ(dynamic.final_scale, 65536.0);
+  EXPECT_LT(fp32.lost_update_fraction, 0.01);  // a few dead ReLU units' weights
+  EXPECT_GT(plain.lost_update_fraction, 0.5);  // zero gradients: the weights stop moving
 
   // The per-step records behind the plots.
   EXPECT_EQ(dynamic.losses.size(), 400u);
@@ -88,6 +92,29 @@ TEST(UnderflowDemo, PlotsAreNonEmptyPngsOfTheExpectedSize) {
     EXPECT_EQ(png_size(paths[i]), expected[i].second);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(UnderflowDemo, Bf16NeedsNoScalingButNeedsMasters) {
+  const underflow::Result fp32 = underflow::train(Mode::kFp32);
+  const underflow::Result autocast = underflow::train(Mode::kBf16NoScaling);
+  const underflow::Result no_masters = underflow::train(Mode::kBf16ParamsNoMasters);
+  const underflow::Result masters = underflow::train(Mode::kBf16ParamsMasters);
+  for (const underflow::Result& r : {autocast, no_masters, masters}) {
+    // FP32's exponent range: the same tiny gradients that flush in FP16 survive, unscaled.
+    EXPECT_LT(r.zero_grad_fraction, 0.01);
+    EXPECT_EQ(r.skipped_steps, 0);
+    EXPECT_EQ(r.final_scale, 1.0);
+  }
+  // BF16 autocast over FP32 weights and BF16 weights with FP32 masters track FP32 (within BF16's
+  // coarser rounding of activations and gradients), and every update lands in FP32 weights.
+  for (const underflow::Result& r : {autocast, masters}) {
+    EXPECT_LT(r.lost_update_fraction, 0.01);
+    EXPECT_LT(r.final_loss, 2.0 * fp32.final_loss);
+  }
+  // Without masters most updates are smaller than half a BF16 step of the weight and round away:
+  // the run stalls far above the others.
+  EXPECT_GT(no_masters.lost_update_fraction, 0.5);
+  EXPECT_GT(no_masters.final_loss, 20.0 * masters.final_loss);
 }
 
 }  // namespace
