@@ -1,6 +1,6 @@
-// CUDA benchmarks, one table: FP16 vs FP32 GEMM TFLOP/s next to cuBLAS alone on the same shapes,
-// the seed step and a 4096-wide MLP step in FP32 vs AMP, device memory peaks, and host syncs per
-// AMP step. Plain main (no benchmark library) so the binary runs on a GPU machine as it is.
+// CUDA benchmarks, one table: FP16, BF16 and FP32 GEMM TFLOP/s next to cuBLAS alone on the same
+// shapes, the seed step and a 4096-wide MLP step in FP32, FP16 AMP and BF16 AMP, device memory
+// peaks, and host syncs per AMP step. Plain main (no benchmark library) so the binary runs on a GPU machine as it is.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "ampgrad.h"
 
@@ -30,10 +31,10 @@ double time_per_call(const std::function<void()>& fn, int warmup, int iters) {
   if ((call) != 0) { std::fprintf(stderr, "%s failed\n", #call); std::exit(1); }
 
 // out[n,n] = x[n,n] @ w[n,n]^T through cuBLAS alone: the same GEMM ampgrad's linear issues.
-double raw_cublas_seconds(int n, bool half) {
+double raw_cublas_seconds(int n, ag::DType dtype) {
   cublasHandle_t handle;
   CHECK_CUDA(cublasCreate(&handle));
-  const size_t bytes = static_cast<size_t>(n) * n * (half ? 2 : 4);
+  const size_t bytes = static_cast<size_t>(n) * n * ag::element_size(dtype);
   void *x, *w, *out;
   CHECK_CUDA(cudaMalloc(&x, bytes));
   CHECK_CUDA(cudaMalloc(&w, bytes));
@@ -41,7 +42,9 @@ double raw_cublas_seconds(int n, bool half) {
   CHECK_CUDA(cudaMemset(x, 0, bytes));
   CHECK_CUDA(cudaMemset(w, 0, bytes));
   const float alpha = 1.0f, beta = 0.0f;
-  const cudaDataType type = half ? CUDA_R_16F : CUDA_R_32F;
+  const cudaDataType type = dtype == ag::DType::kFloat16    ? CUDA_R_16F
+                            : dtype == ag::DType::kBFloat16 ? CUDA_R_16BF
+                                                            : CUDA_R_32F;
   // Row-major out = x w^T is column-major out^T = (w^T)^T x^T: op(w) = T, op(x) = N.
   auto gemm = [&] {
     CHECK_CUDA(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, w, type, n, x, type, n, &beta, out,
@@ -68,15 +71,19 @@ struct StepResult {
   double peak_mib = 0;
 };
 
-// zero_grad, forward, loss, backward, step with Adam; AMP = autocast FP16 + GradScaler.
-StepResult train_step(ag::nn::Sequential& model, const ag::Tensor& x, const ag::Tensor& y, bool amp, int iters) {
+enum class Mode { kFp32, kAmp, kBf16 };
+
+// zero_grad, forward, loss, backward, step with Adam; kAmp = autocast FP16 + GradScaler, kBf16 =
+// autocast BF16 without a scaler.
+StepResult train_step(ag::nn::Sequential& model, const ag::Tensor& x, const ag::Tensor& y, Mode mode, int iters) {
   ag::optim::Adam opt(model.parameters(), {.lr = 1e-4});
-  ag::amp::GradScaler scaler({.enabled = amp});
+  ag::amp::GradScaler scaler({.enabled = mode == Mode::kAmp});
+  const ag::DType autocast_dtype = mode == Mode::kBf16 ? ag::DType::kBFloat16 : ag::DType::kFloat16;
   auto step = [&] {
     opt.zero_grad();
     ag::Tensor loss;
     {
-      ag::amp::AutocastGuard autocast(ag::Device::kCUDA, ag::DType::kFloat16, amp);
+      ag::amp::AutocastGuard autocast(ag::Device::kCUDA, autocast_dtype, mode != Mode::kFp32);
       loss = ag::ops::mse_loss(model(x), y);
     }
     scaler.scale(loss).backward();
@@ -103,12 +110,13 @@ int main() {
   std::printf("%-34s %12s %12s %10s\n", "GEMM out = x w^T (n x n x n)", "ampgrad", "cuBLAS", "ratio");
   double ratio_8192_fp16 = 0;
   for (int n : {1024, 4096, 8192}) {
-    for (bool half : {true, false}) {
+    for (ag::DType dtype : {ag::DType::kFloat16, ag::DType::kBFloat16, ag::DType::kFloat32}) {
       const double flop = 2.0 * n * n * static_cast<double>(n);
-      const double ours = flop / ampgrad_linear_seconds(n, half ? ag::DType::kFloat16 : ag::DType::kFloat32) / 1e12;
-      const double raw = flop / raw_cublas_seconds(n, half) / 1e12;
-      if (half && n == 8192) ratio_8192_fp16 = ours / raw;
-      std::printf("  %-5s n=%-24d %8.1f TF/s %8.1f TF/s %9.2f\n", half ? "fp16" : "fp32", n, ours, raw, ours / raw);
+      const double ours = flop / ampgrad_linear_seconds(n, dtype) / 1e12;
+      const double raw = flop / raw_cublas_seconds(n, dtype) / 1e12;
+      if (dtype == ag::DType::kFloat16 && n == 8192) ratio_8192_fp16 = ours / raw;
+      std::printf("  %-8s n=%-21d %8.1f TF/s %8.1f TF/s %9.2f\n", std::string(ag::dtype_name(dtype)).c_str(), n, ours,
+                  raw, ours / raw);
     }
   }
 
@@ -117,24 +125,31 @@ int main() {
   seed.to(ag::Device::kCUDA);
   const ag::Tensor sx = ag::randn({64, 10}, ag::DType::kFloat32, ag::Device::kCUDA);
   const ag::Tensor sy = ag::randn({64, 1}, ag::DType::kFloat32, ag::Device::kCUDA);
-  const StepResult seed32 = train_step(seed, sx, sy, false, 200);
-  const StepResult seed_amp = train_step(seed, sx, sy, true, 200);
+  const StepResult seed32 = train_step(seed, sx, sy, Mode::kFp32, 200);
+  const StepResult seed_amp = train_step(seed, sx, sy, Mode::kAmp, 200);
+  const StepResult seed_bf16 = train_step(seed, sx, sy, Mode::kBf16, 200);
 
   ag::nn::Sequential mlp{ag::nn::Linear(4096, 4096), ag::nn::ReLU(), ag::nn::Linear(4096, 4096), ag::nn::ReLU(),
                          ag::nn::Linear(4096, 4096)};
   mlp.to(ag::Device::kCUDA);
   const ag::Tensor mx = ag::randn({4096, 4096}, ag::DType::kFloat32, ag::Device::kCUDA);
   const ag::Tensor my = ag::randn({4096, 4096}, ag::DType::kFloat32, ag::Device::kCUDA);
-  const StepResult mlp32 = train_step(mlp, mx, my, false, 10);
-  const StepResult mlp_amp = train_step(mlp, mx, my, true, 10);
+  const StepResult mlp32 = train_step(mlp, mx, my, Mode::kFp32, 10);
+  const StepResult mlp_amp = train_step(mlp, mx, my, Mode::kAmp, 10);
+  const StepResult mlp_bf16 = train_step(mlp, mx, my, Mode::kBf16, 10);
 
-  std::printf("\n%-34s %12s %12s %10s\n", "training step (Adam)", "fp32", "amp", "fp32/amp");
-  std::printf("  %-32s %9.1f us %9.1f us %9.2f\n", "seed Linear(10,1), batch 64", seed32.seconds * 1e6,
-              seed_amp.seconds * 1e6, seed32.seconds / seed_amp.seconds);
-  std::printf("  %-32s %9.2f ms %9.2f ms %9.2f\n", "mlp 3x4096, batch 4096", mlp32.seconds * 1e3,
-              mlp_amp.seconds * 1e3, mlp32.seconds / mlp_amp.seconds);
-  std::printf("  %-32s %8.0f MiB %8.0f MiB\n", "mlp device memory peak", mlp32.peak_mib, mlp_amp.peak_mib);
-  std::printf("  %-32s %12.2f %12.2f\n", "host syncs per step", mlp32.syncs_per_step, mlp_amp.syncs_per_step);
+  std::printf("\n%-34s %12s %12s %12s %10s %10s\n", "training step (Adam)", "fp32", "amp (fp16)", "bf16",
+              "fp32/amp", "fp32/bf16");
+  std::printf("  %-32s %9.1f us %9.1f us %9.1f us %10.2f %10.2f\n", "seed Linear(10,1), batch 64", seed32.seconds * 1e6,
+              seed_amp.seconds * 1e6, seed_bf16.seconds * 1e6, seed32.seconds / seed_amp.seconds,
+              seed32.seconds / seed_bf16.seconds);
+  std::printf("  %-32s %9.2f ms %9.2f ms %9.2f ms %10.2f %10.2f\n", "mlp 3x4096, batch 4096", mlp32.seconds * 1e3,
+              mlp_amp.seconds * 1e3, mlp_bf16.seconds * 1e3, mlp32.seconds / mlp_amp.seconds,
+              mlp32.seconds / mlp_bf16.seconds);
+  std::printf("  %-32s %8.0f MiB %8.0f MiB %8.0f MiB\n", "mlp device memory peak", mlp32.peak_mib, mlp_amp.peak_mib,
+              mlp_bf16.peak_mib);
+  std::printf("  %-32s %12.2f %12.2f %12.2f\n", "host syncs per step", mlp32.syncs_per_step, mlp_amp.syncs_per_step,
+              mlp_bf16.syncs_per_step);
 
   std::printf("\ntargets: fp16 linear at 8192^3 >= 0.70 of cuBLAS: %.2f %s;  AMP mlp >= 2x fp32: %.2fx %s;  "
               "AMP host syncs per step <= 1: %.2f %s\n",

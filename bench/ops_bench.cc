@@ -1,4 +1,4 @@
-// Per-op micro-benchmarks: GEMM (linear forward) in FP32 and FP16 at a few sizes, in GFLOP/s.
+// Per-op micro-benchmarks: GEMM (linear forward) in FP32, FP16 and BF16 at a few sizes, in GFLOP/s.
 #include <benchmark/benchmark.h>
 
 #include "ampgrad.h"
@@ -37,5 +37,7 @@ void BM_LinearForwardBackward(benchmark::State& state, ag::DType dtype) {
 
 BENCHMARK_CAPTURE(BM_LinearForward, fp32, ag::DType::kFloat32)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearForward, fp16, ag::DType::kFloat16)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearForward, bf16, ag::DType::kBFloat16)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearForwardBackward, fp32, ag::DType::kFloat32)->Arg(1024)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearForwardBackward, fp16, ag::DType::kFloat16)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearForwardBackward, bf16, ag::DType::kBFloat16)->Arg(1024)->Unit(benchmark::kMillisecond);

@@ -1,9 +1,9 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
 //   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time]
-// WORKLOAD: seed_fp32 seed_amp mlp_{sgd,adam}_{fp32,amp} fashion_{fp32,amp} gpt_{fp32,amp}
-//   gemm1024_{fp32,fp16} (prints GFLOP/s),
-//   the single ops of op_workloads.h (add_bias_*, add_residual_*, bmm_*, copy_bandwidth: prints
-//   "WORKLOAD <median us> <GB/s or GFLOP/s>"),
+// WORKLOAD: seed_{fp32,amp,bf16} mlp_{sgd,adam}_{fp32,amp,bf16} fashion_{fp32,amp,bf16} gpt_{fp32,amp,bf16}
+//   gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a GradScaler, bf16 is
+//   BF16 autocast without one; the single ops of op_workloads.h (add_bias_*, add_residual_*,
+//   bmm_*, copy_bandwidth: prints "WORKLOAD <median us> <GB/s or GFLOP/s>"),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
 //   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps),
 //   memory_fashion_{fp32,amp} (live bytes and peak RSS after 1e2 and 1e4 fashion steps),
@@ -71,7 +71,9 @@ double median_seconds_per_call(const std::function<void()>& fn, double seconds) 
 }
 
 std::unique_ptr<ag::bench::Steppable> make_workload(const std::string& name) {
-  const Precision precision = name.ends_with("_amp") ? Precision::kAmp : Precision::kFp32;
+  const Precision precision = name.ends_with("_amp")    ? Precision::kAmp
+                              : name.ends_with("_bf16") ? Precision::kAmpBf16
+                                                        : Precision::kFp32;
   if (name.rfind("seed_", 0) == 0) return std::make_unique<ag::bench::Workload>(ag::bench::seed_workload(precision));
   if (name.rfind("fashion_", 0) == 0) {
     return std::make_unique<ag::bench::Workload>(ag::bench::fashion_workload(precision));
@@ -162,7 +164,9 @@ int run(const std::string& name, double seconds, long steps) {
     return 0;
   }
   if (name.rfind("gemm1024_", 0) == 0) {
-    const ag::DType dtype = name == "gemm1024_fp16" ? ag::DType::kFloat16 : ag::DType::kFloat32;
+    const ag::DType dtype = name == "gemm1024_fp16"   ? ag::DType::kFloat16
+                            : name == "gemm1024_bf16" ? ag::DType::kBFloat16
+                                                      : ag::DType::kFloat32;
     ag::manual_seed(0);
     const ag::Tensor x = ag::randn({1024, 1024}, dtype), w = ag::randn({1024, 1024}, dtype);
     const double s = median_seconds_per_call([&] { ag::ops::linear(x, w); }, seconds);

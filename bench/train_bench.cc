@@ -1,4 +1,4 @@
-// End-to-end training steps (zero_grad, forward, loss, backward, step), FP32 and AMP:
+// End-to-end training steps (zero_grad, forward, loss, backward, step), FP32, FP16 AMP and BF16 AMP:
 //   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256;
 //   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128;
 //   gpt: examples/char_gpt's step (4 layers, width 128, context 64, batch 16).
@@ -65,13 +65,17 @@ void BM_SeedMemory(benchmark::State& state, Precision precision) {
 
 BENCHMARK_CAPTURE(BM_SeedStep, fp32, Precision::kFp32)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_SeedStep, amp, Precision::kAmp)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_SeedStep, bf16, Precision::kAmpBf16)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MlpStep, fp32_sgd, Precision::kFp32, Optim::kSgd)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MlpStep, amp_sgd, Precision::kAmp, Optim::kSgd)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MlpStep, fp32_adam, Precision::kFp32, Optim::kAdam)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MlpStep, amp_adam, Precision::kAmp, Optim::kAdam)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MlpStep, bf16_sgd, Precision::kAmpBf16, Optim::kSgd)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MlpStep, bf16_adam, Precision::kAmpBf16, Optim::kAdam)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_SeedMemory, amp, Precision::kAmp)->Iterations(1)->Unit(benchmark::kSecond);
 BENCHMARK_CAPTURE(BM_FashionStep, fp32, Precision::kFp32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_FashionStep, amp, Precision::kAmp)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_FashionStep, bf16, Precision::kAmpBf16)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GptStep, fp32, Precision::kFp32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_GptStep, amp, Precision::kAmp)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_FashionMemory, amp, Precision::kAmp)->Iterations(1)->Unit(benchmark::kSecond);

@@ -17,7 +17,8 @@
 
 namespace ampgrad::bench {
 
-enum class Precision { kFp32, kAmp };
+/// kAmp: FP16 autocast with a GradScaler. kAmpBf16: BF16 autocast without one (BF16's recipe).
+enum class Precision { kFp32, kAmp, kAmpBf16 };
 enum class Optim { kSgd, kAdam };
 
 /// A training step to time.
@@ -30,14 +31,19 @@ struct Workload : Steppable {
   std::unique_ptr<nn::Sequential> model;
   std::unique_ptr<optim::Optimizer> opt;
   amp::GradScaler scaler;
+  DType autocast_dtype;
+  bool autocast;
   Tensor x, y;
   Tensor labels;  // int64 [batch]: the loss is cross_entropy(model(x), labels) instead of MSE
 
   /// x is [batch, in], y is [batch, out], both N(0, 1); SGD has momentum 0.9; lr 1e-3.
-  /// param_dtype kFloat16 gives FP16 parameters with FP32 masters in the optimizer.
+  /// param_dtype kFloat16 (kBFloat16) gives 16-bit parameters with FP32 masters in the optimizer.
   Workload(std::unique_ptr<nn::Sequential> m, Precision precision, int64_t batch, int64_t in, int64_t out,
            Optim optimizer, DType param_dtype = DType::kFloat32)
-      : model(std::move(m)), scaler({.enabled = precision == Precision::kAmp}) {
+      : model(std::move(m)),
+        scaler({.enabled = precision == Precision::kAmp}),
+        autocast_dtype(precision == Precision::kAmpBf16 ? DType::kBFloat16 : DType::kFloat16),
+        autocast(precision != Precision::kFp32) {
     model->to(param_dtype);
     if (optimizer == Optim::kAdam) {
       opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
@@ -52,7 +58,7 @@ struct Workload : Steppable {
     opt->zero_grad();
     Tensor loss;
     {
-      amp::AutocastGuard autocast(Device::kCPU, DType::kFloat16, scaler.is_enabled());
+      amp::AutocastGuard guard(Device::kCPU, autocast_dtype, autocast);
       loss = labels.defined() ? ops::cross_entropy((*model)(x), labels) : ops::mse_loss((*model)(x), y);
     }
     scaler.scale(loss).backward();
