@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "amp/autocast.h"
@@ -29,22 +30,25 @@ namespace {
 Tensor ids(std::vector<int64_t> v, Shape shape) { return Tensor::from_vector(v, shape); }
 
 TEST(CrossEntropy, ExtremeLogitsStayFinite) {
-  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
-    SCOPED_TRACE(ag::dtype_name(dtype));
-    Tensor logits = Tensor::from_vector(std::vector<float>{1e4f, -1e4f, 0, -1e4f, 1e4f, 1e4f}, {2, 3}, DType::kFloat32);
-    logits = logits.to(dtype);  // float16 holds +-10000 exactly
-    logits.set_requires_grad(true);
-    Tensor loss;
-    {
-      ag::amp::AutocastGuard autocast(ag::Device::kCPU, DType::kFloat16);
-      loss = ag::ops::cross_entropy(logits, ids({1, 0}, {2}));
-      EXPECT_EQ(loss.dtype(), DType::kFloat32);  // the loss runs in float32 under autocast
+  for (DType low : ag::kLowPrecisionDTypes) {
+    for (DType dtype : {DType::kFloat32, low}) {
+      SCOPED_TRACE(::testing::Message() << ag::dtype_name(dtype) << " under " << ag::dtype_name(low) << " autocast");
+      Tensor logits = Tensor::from_vector(std::vector<float>{1e4f, -1e4f, 0, -1e4f, 1e4f, 1e4f}, {2, 3}, DType::kFloat32);
+      logits = logits.to(dtype);  // float16 holds +-10000 exactly, bfloat16 rounds it to 9984
+      logits.set_requires_grad(true);
+      Tensor loss;
+      {
+        ag::amp::AutocastGuard autocast(ag::Device::kCPU, low);
+        loss = ag::ops::cross_entropy(logits, ids({1, 0}, {2}));
+        EXPECT_EQ(loss.dtype(), DType::kFloat32);  // the loss runs in float32 under autocast
+      }
+      loss.backward();
+      EXPECT_TRUE(std::isfinite(loss.item()));
+      // Sample 0: lse - z_1 = v + v; sample 1: (v + ln 2) - (-v), v the stored 1e4. The mean: 2v + ln(2) / 2.
+      const double v = logits.to_double_vector()[0];
+      EXPECT_NEAR(loss.item(), 2 * v + std::log(2.0) / 2, 0.01);
+      EXPECT_TRUE(ag::test::all_finite(logits.grad()));
     }
-    loss.backward();
-    EXPECT_TRUE(std::isfinite(loss.item()));
-    // Sample 0: lse - z_1 = 1e4 + 1e4; sample 1: (1e4 + ln 2) - (-1e4). The mean: 2e4 + ln(2) / 2.
-    EXPECT_NEAR(loss.item(), 2e4 + std::log(2.0) / 2, 1e-3 * 2e4 * (dtype == DType::kFloat16 ? 1 : 0) + 0.01);
-    EXPECT_TRUE(ag::test::all_finite(logits.grad()));
   }
   // The same at float32 without autocast, and log_softmax of extreme values.
   const Tensor big = Tensor::from_vector(std::vector<float>{1e4f, -1e4f}, {1, 2});
@@ -143,23 +147,38 @@ TEST(Dropout, SemanticsAsPyTorch) {
   EXPECT_NE(ag::ops::dropout(x, 0.3).to_vector(), a);  // a new mask each call
 }
 
-TEST(AutocastPolicies, NewOpsFollowPyTorchsLists) {
-  const Tensor x16 = ag::randn({2, 4}, DType::kFloat16), x32 = ag::randn({2, 4});
-  ag::amp::AutocastGuard autocast(ag::Device::kCPU, DType::kFloat16);
-  EXPECT_EQ(ag::ops::gelu(x16).dtype(), DType::kFloat16);  // none: the input's dtype
+// The same lists under FP16 and BF16 autocast, as PyTorch's (one list for both dtypes).
+class AutocastPolicies : public ::testing::TestWithParam<DType> {};
+
+TEST_P(AutocastPolicies, NewOpsFollowPyTorchsLists) {
+  const DType low = GetParam();
+  const Tensor x16 = ag::randn({2, 4}, low), x32 = ag::randn({2, 4});
+  ag::amp::AutocastGuard autocast(ag::Device::kCPU, low);
+  EXPECT_EQ(ag::ops::gelu(x16).dtype(), low);  // none: the input's dtype
   EXPECT_EQ(ag::ops::gelu(x32).dtype(), DType::kFloat32);
-  EXPECT_EQ(ag::ops::tanh(x16).dtype(), DType::kFloat16);
-  EXPECT_EQ(ag::ops::sigmoid(x16).dtype(), DType::kFloat16);
+  EXPECT_EQ(ag::ops::tanh(x16).dtype(), low);
+  EXPECT_EQ(ag::ops::sigmoid(x16).dtype(), low);
   EXPECT_EQ(ag::ops::exp(x16).dtype(), DType::kFloat32);  // float32
   EXPECT_EQ(ag::ops::log(x16 * x16).dtype(), DType::kFloat32);
   EXPECT_EQ(ag::ops::softmax(x16, -1).dtype(), DType::kFloat32);
   EXPECT_EQ(ag::ops::log_softmax(x16, -1).dtype(), DType::kFloat32);
   EXPECT_EQ(ag::ops::layer_norm(x16, Tensor(), Tensor()).dtype(), DType::kFloat32);
+  EXPECT_EQ(ag::ops::cross_entropy(x16, ids({1, 3}, {2})).dtype(), DType::kFloat32);
+  EXPECT_EQ(ag::ops::nll_loss(x16, ids({1, 3}, {2})).dtype(), DType::kFloat32);
   EXPECT_EQ(ag::ops::embedding(ids({1}, {1}), x32).dtype(), DType::kFloat32);  // the weight's dtype
-  EXPECT_EQ(ag::ops::dropout(x16, 0.5).dtype(), DType::kFloat16);
+  EXPECT_EQ(ag::ops::embedding(ids({1}, {1}), x16).dtype(), low);
+  EXPECT_EQ(ag::ops::dropout(x16, 0.5).dtype(), low);
+  EXPECT_EQ(ag::ops::div(x16, x32).dtype(), DType::kFloat32);  // promote: the widest input
+  EXPECT_EQ(ag::ops::div(x16, x16).dtype(), low);
+  EXPECT_EQ(ag::ops::max(x16, 1, false).dtype(), low);        // none
+  EXPECT_EQ(ag::ops::sum(x16, {1}, false).dtype(), DType::kFloat32);
+  EXPECT_EQ(ag::ops::matmul(ag::ops::reshape(x32, {1, 2, 4}), ag::ops::reshape(x32, {1, 4, 2})).dtype(), low);  // batched too
   const Tensor q = ag::randn({1, 2, 3, 4});
-  EXPECT_EQ(ag::ops::scaled_dot_product_attention(q, q, q, true).dtype(), DType::kFloat16);  // its matmuls
+  EXPECT_EQ(ag::ops::scaled_dot_product_attention(q, q, q, true).dtype(), low);  // its matmuls
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, AutocastPolicies, ::testing::ValuesIn(ag::kLowPrecisionDTypes),
+                         [](const auto& info) { return std::string(ag::dtype_name(info.param)); });
 
 TEST(Modules, NewLayersRegisterAndFollowTrainEval) {
   ag::manual_seed(1);
