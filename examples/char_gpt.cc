@@ -1,7 +1,8 @@
 // Trains a character-level GPT on a text (by default every text of Debian's fortunes package),
-// printing train and validation loss as it goes and a sample at the end. --amp trains with FP16
-// autocast and a GradScaler. --save writes a checkpoint (it loads in PyTorch); --resume continues one.
-// --plot=DIR draws the loss (and with --amp the loss scale) into DIR/*.png through gnuplot.
+// printing train and validation loss as it goes and a sample at the end. --amp (or --amp=fp16)
+// trains with FP16 autocast and a GradScaler; --amp=bf16 with BF16 autocast and no scaler. --save
+// writes a checkpoint (it loads in PyTorch); --resume continues one. --plot=DIR draws the loss (and
+// with FP16 AMP the loss scale) into DIR/*.png through gnuplot.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -16,7 +17,7 @@ namespace {
 
 void usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--data=PATH] [--amp] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
+               "usage: %s [--data=PATH] [--amp[=fp16|bf16]] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
                "          [--embd=N] [--lr=X] [--seed=N] [--eval-every=N] [--save=FILE] [--resume=FILE]\n"
                "          [--sample=N] [--plot=DIR]\n",
                program);
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
     const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
     try {
       if (key == "--data") data = value;
-      else if (key == "--amp") options.precision = char_gpt::Precision::kFloat16Amp;
+      else if (arg == "--amp" || arg == "--amp=fp16") options.precision = char_gpt::Precision::kFloat16Amp;
+      else if (arg == "--amp=bf16") options.precision = char_gpt::Precision::kBFloat16Amp;
       else if (key == "--steps") options.steps = std::stoll(value);
       else if (key == "--batch") options.batch_size = std::stoll(value);
       else if (key == "--block") options.model.block_size = std::stoll(value);
@@ -63,9 +65,9 @@ int main(int argc, char** argv) {
     options.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
     ag::manual_seed(options.seed);
     gpt::GPT model(options.model);
-    const bool amp = options.precision == char_gpt::Precision::kFloat16Amp;
+    const bool amp = char_gpt::uses_grad_scaler(options.precision);  // the scale is worth printing
     std::printf("char_gpt: %zu characters of text, vocabulary %zu, %s, %lld steps of %lld x %lld tokens\n",
-                corpus.train.size() + corpus.val.size(), corpus.vocab.size(), amp ? "FP16 AMP" : "FP32",
+                corpus.train.size() + corpus.val.size(), corpus.vocab.size(), char_gpt::precision_name(options.precision),
                 static_cast<long long>(options.steps), static_cast<long long>(options.batch_size),
                 static_cast<long long>(options.model.block_size));
     ag::utils::ProgressLine progress(options.steps, std::cout, {.every_steps = options.eval_every});
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
     std::printf("\n");
     if (!options.save_path.empty()) std::printf("checkpoint: %s\n", options.save_path.c_str());
     if (!plot_dir.empty()) {
-      const training_plots::Curves curves{.title = std::string("char_gpt, ") + (amp ? "FP16 AMP" : "FP32"),
+      const training_plots::Curves curves{.title = std::string("char_gpt, ") + char_gpt::precision_name(options.precision),
                                           .first_step = result.first_step,
                                           .train_loss = result.train_loss,
                                           .val_loss = result.val_loss,

@@ -11,6 +11,26 @@
 
 namespace char_gpt {
 
+ag::DType autocast_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::kFloat32: return ag::DType::kFloat32;
+    case Precision::kFloat16Amp: return ag::DType::kFloat16;
+    case Precision::kBFloat16Amp: return ag::DType::kBFloat16;
+  }
+  return ag::DType::kFloat32;
+}
+
+bool uses_grad_scaler(Precision precision) { return precision == Precision::kFloat16Amp; }
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFloat32: return "FP32";
+    case Precision::kFloat16Amp: return "FP16 AMP";
+    case Precision::kBFloat16Amp: return "BF16 AMP";
+  }
+  return "?";
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -47,7 +67,8 @@ std::pair<ag::Tensor, ag::Tensor> batch(const std::vector<int64_t>& ids, int64_t
 
 // The mean cross-entropy of the model on (x, y), logits flattened to [B T, V].
 ag::Tensor loss_of(gpt::GPT& model, const ag::Tensor& x, const ag::Tensor& y, Precision precision) {
-  ag::amp::AutocastGuard autocast(ag::Device::kCPU, ag::DType::kFloat16, precision == Precision::kFloat16Amp);
+  const bool amp = precision != Precision::kFloat32;
+  ag::amp::AutocastGuard autocast(ag::Device::kCPU, amp ? autocast_dtype(precision) : ag::DType::kFloat16, amp);
   const ag::Tensor logits = model(x);
   return ag::ops::cross_entropy(ag::ops::reshape(logits, {-1, logits.size(-1)}), y);
 }
@@ -146,8 +167,8 @@ TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, 
   // Warmup at most a tenth of a short run.
   const int64_t warmup = std::min(o.warmup_steps, o.steps / 10);
   ag::optim::CosineWithWarmupLR schedule(opt, {.warmup_steps = warmup, .total_steps = o.steps, .min_lr_factor = 0.1});
-  const bool amp = o.precision == Precision::kFloat16Amp;
-  ag::amp::GradScaler scaler({.enabled = amp});
+  // BF16 trains without a scaler (disabled, it is a pass-through), as PyTorch's BF16 recipe does.
+  ag::amp::GradScaler scaler({.enabled = uses_grad_scaler(o.precision)});
 
   int64_t step = 0;
   if (!o.resume_path.empty()) {

@@ -1,6 +1,7 @@
 // Character-level GPT training: a text corpus as int64 ids, batches drawn reproducibly from
-// (seed, step), AdamW with parameter groups, cosine schedule with warmup, gradient clipping, FP32
-// or FP16 autocast with a GradScaler, evaluation, checkpoints that resume bit-exactly, sampling.
+// (seed, step), AdamW with parameter groups, cosine schedule with warmup, gradient clipping, FP32,
+// FP16 autocast with a GradScaler or BF16 autocast without one, evaluation, checkpoints that
+// resume bit-exactly, sampling.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,16 @@ struct Corpus {
 /// path is missing or the text is too short.
 Corpus load_corpus(const std::string& path, int64_t block_size);
 
-enum class Precision { kFloat32, kFloat16Amp };
+/// kFloat16Amp: FP16 autocast with a GradScaler; kBFloat16Amp: BF16 autocast without one (BF16
+/// has FP32's exponent range, so its gradients need no loss scaling).
+enum class Precision { kFloat32, kFloat16Amp, kBFloat16Amp };
+
+/// The autocast dtype of an AMP precision (float32 for kFloat32: no autocast).
+ag::DType autocast_dtype(Precision precision);
+/// Whether `precision` trains with a GradScaler (FP16 autocast only).
+bool uses_grad_scaler(Precision precision);
+/// "FP32", "FP16 AMP", "BF16 AMP".
+const char* precision_name(Precision precision);
 
 struct TrainOptions {
   gpt::Config model;

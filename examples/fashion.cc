@@ -40,6 +40,34 @@ nn::Sequential make_mlp(const MlpConfig& config) {
   return model;
 }
 
+DType autocast_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return DType::kFloat32;
+    case Precision::kAmp: return DType::kFloat16;
+    case Precision::kAmpBf16: return DType::kBFloat16;
+  }
+  return DType::kFloat32;
+}
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "FP32";
+    case Precision::kAmp: return "AMP (FP16 autocast + GradScaler)";
+    case Precision::kAmpBf16: return "AMP (BF16 autocast, no scaler)";
+  }
+  return "?";
+}
+
+namespace {
+
+// An autocast guard for `precision`: disabled (and its dtype unused) for kFp32.
+amp::AutocastGuard autocast_for(Precision precision) {
+  const bool amp = precision != Precision::kFp32;
+  return amp::AutocastGuard(Device::kCPU, amp ? autocast_dtype(precision) : DType::kFloat16, amp);
+}
+
+}  // namespace
+
 Classifier::Classifier(nn::Sequential m, const TrainOptions& opts)
     : model(std::move(m)),
       optimizer(model.parameters(), {.lr = opts.lr}),
@@ -52,8 +80,8 @@ float Classifier::train_step(const Tensor& x, const Tensor& y) {
   optimizer.zero_grad();
   Tensor loss;
   {
-    amp::AutocastGuard autocast(Device::kCPU, DType::kFloat16, scaler.is_enabled());
-    loss = ops::cross_entropy(model(x), y);  // logits FP16 under autocast; cross_entropy runs in FP32
+    const amp::AutocastGuard autocast = autocast_for(options.precision);
+    loss = ops::cross_entropy(model(x), y);  // 16-bit logits under autocast; cross_entropy runs in FP32
   }
   scaler.scale(loss).backward();
   // The schedule counts the steps taken, so a step skipped on overflow does not shorten it.
@@ -75,7 +103,7 @@ Evaluation evaluate(nn::Module& model, const Dataset& data, Precision precision,
     const Tensor x = ops::narrow(data.images, 0, start, n), y = ops::narrow(data.labels, 0, start, n);
     Tensor logits;
     {
-      amp::AutocastGuard autocast(Device::kCPU, DType::kFloat16, precision == Precision::kAmp);
+      const amp::AutocastGuard autocast = autocast_for(precision);
       logits = model(x);
       loss_sum += ops::cross_entropy(logits, y, {.reduction = ops::Reduction::kSum}).item<double>();
     }

@@ -45,7 +45,14 @@ std::string describe(const MlpConfig& config);
 /// state_dict names (0.weight, 0.bias, 2.weight, ...) are those of the same torch.nn.Sequential.
 nn::Sequential make_mlp(const MlpConfig& config = {});
 
-enum class Precision : uint8_t { kFp32, kAmp };  // kAmp: FP16 autocast + GradScaler
+/// kAmp: FP16 autocast + GradScaler; kAmpBf16: BF16 autocast, no scaler (BF16's gradients do not
+/// underflow).
+enum class Precision : uint8_t { kFp32, kAmp, kAmpBf16 };
+
+/// The autocast dtype of an AMP precision (float32 for kFp32: no autocast).
+DType autocast_dtype(Precision precision);
+/// "FP32", "AMP (FP16 autocast + GradScaler)", "AMP (BF16 autocast, no scaler)".
+const char* precision_name(Precision precision);
 
 struct TrainOptions {
   Precision precision = Precision::kFp32;
@@ -62,7 +69,7 @@ class Classifier {
   Classifier(const Classifier&) = delete;
   Classifier& operator=(const Classifier&) = delete;
 
-  /// One optimizer step on x [B, 784], y int64 [B]: forward (under FP16 autocast for kAmp),
+  /// One optimizer step on x [B, 784], y int64 [B]: forward (under autocast for kAmp and kAmpBf16),
   /// cross_entropy, scaled backward, step (skipped on inf/NaN gradients), scale update, schedule.
   /// Returns the loss (FP32).
   float train_step(const Tensor& x, const Tensor& y);
@@ -79,8 +86,8 @@ struct Evaluation {
   double accuracy = 0;  // fraction of argmax(logits) == label
 };
 
-/// The model on every sample of `data`, in eval mode and without grad (under FP16 autocast for
-/// kAmp, as it was trained); restores the training mode.
+/// The model on every sample of `data`, in eval mode and without grad (under the precision's
+/// autocast, as it was trained); restores the training mode.
 Evaluation evaluate(nn::Module& model, const Dataset& data, Precision precision, int64_t batch_size = 1000);
 
 /// The samples of `data` in a random order (the global generator: manual_seed makes it

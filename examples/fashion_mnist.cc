@@ -1,6 +1,7 @@
-// Trains an MLP classifier on Fashion-MNIST in FP32 or, with --amp, with FP16 autocast and a
-// GradScaler; prints the loss and test accuracy after each epoch (progress and times on stderr).
-//   ./bazelw run //examples:fashion_mnist -- [--amp] [--data DIR] [--epochs N] [--train-samples N]
+// Trains an MLP classifier on Fashion-MNIST in FP32, with FP16 autocast and a GradScaler (--amp),
+// or with BF16 autocast and no scaler (--amp=bf16); prints the loss and test accuracy after each
+// epoch (progress and times on stderr).
+//   ./bazelw run //examples:fashion_mnist -- [--amp[=fp16|bf16]] [--data DIR] [--epochs N] [--train-samples N]
 //       [--plot DIR] [--logdir DIR]
 #include <chrono>
 #include <cstdio>
@@ -19,7 +20,7 @@ namespace fm = ampgrad::fashion;
 namespace {
 
 struct Args {
-  bool amp = false;
+  fm::Precision precision = fm::Precision::kFp32;
   std::string data = fm::kDefaultDataDir;
   int64_t epochs = 5;
   int64_t batch_size = 128;
@@ -31,9 +32,10 @@ struct Args {
 };
 
 constexpr const char* kUsage =
-    "usage: fashion_mnist [--amp] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
+    "usage: fashion_mnist [--amp[=fp16|bf16]] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
     "[--seed N] [--plot DIR] [--logdir DIR]\n"
-    "  --amp             FP16 autocast + GradScaler (default: FP32)\n"
+    "  --amp, --amp=fp16 FP16 autocast + GradScaler (default: FP32)\n"
+    "  --amp=bf16        BF16 autocast, no GradScaler\n"
     "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
     "                    (default /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist)\n"
     "  --train-samples N train on the first N training images only\n"
@@ -44,8 +46,8 @@ constexpr const char* kUsage =
 bool parse_args(int argc, char** argv, Args& args) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
-    if (arg == "--amp") {
-      args.amp = true;
+    if (arg == "--amp" || arg == "--amp=fp16" || arg == "--amp=bf16") {
+      args.precision = arg == "--amp=bf16" ? fm::Precision::kAmpBf16 : fm::Precision::kAmp;
       continue;
     }
     if (const size_t eq = arg.find('='); eq != std::string::npos) {
@@ -94,7 +96,8 @@ int main(int argc, char** argv) {
     const fm::Dataset train = fm::load_dataset(args.data, ag::data::MnistSplit::kTrain, args.train_samples);
     const fm::Dataset test = fm::load_dataset(args.data, ag::data::MnistSplit::kTest);
     const int64_t steps_per_epoch = (train.size() + args.batch_size - 1) / args.batch_size;
-    const fm::Precision precision = args.amp ? fm::Precision::kAmp : fm::Precision::kFp32;
+    const fm::Precision precision = args.precision;
+    const bool scaled = precision == fm::Precision::kAmp;  // the loss scale and skipped steps are worth printing
     const fm::MlpConfig mlp;
     fm::Classifier classifier(fm::make_mlp(mlp), {.precision = precision,
                                                .batch_size = args.batch_size,
@@ -104,7 +107,7 @@ int main(int argc, char** argv) {
     for (const ag::Tensor& p : classifier.model.parameters()) parameters += p.numel();
     std::printf("Fashion-MNIST, MLP %s (%lld parameters), %s\n", fm::describe(mlp).c_str(),
                 static_cast<long long>(parameters),
-                args.amp ? "AMP (FP16 autocast + GradScaler)" : "FP32");
+                fm::precision_name(precision));
     std::printf("Adam lr %g with a cosine decay, batch %lld, %lld epochs; %lld training and %lld test images\n",
                 args.lr, static_cast<long long>(args.batch_size), static_cast<long long>(args.epochs),
                 static_cast<long long>(train.size()), static_cast<long long>(test.size()));
@@ -113,12 +116,12 @@ int main(int argc, char** argv) {
     std::unique_ptr<ag::utils::SummaryWriter> writer;
     if (!args.logdir.empty()) {
       writer = std::make_unique<ag::utils::SummaryWriter>(args.logdir);
-      if (args.amp) {
+      if (scaled) {
         classifier.scaler.set_parameter_names(classifier.model.named_parameters());
         classifier.scaler.set_grad_stats_interval(100);
       }
     }
-    training_plots::Curves curves{.title = std::string("fashion_mnist, ") + (args.amp ? "AMP" : "FP32"),
+    training_plots::Curves curves{.title = std::string("fashion_mnist, ") + fm::precision_name(precision),
                                   .first_step = 1};
     ag::utils::ProgressLine progress(steps_per_epoch * args.epochs, std::cerr);
     int64_t last_skip_reported = -1;
@@ -127,7 +130,7 @@ int main(int argc, char** argv) {
       const auto epoch_start = std::chrono::steady_clock::now();
       const double train_loss = fm::train_epoch(classifier, train, [&](int64_t step, float loss) {
         ag::utils::ProgressFields fields = {{"epoch", static_cast<double>(epoch)}, {"loss", loss}};
-        if (args.amp) fields.emplace_back("scale", classifier.scaler.get_scale());
+        if (scaled) fields.emplace_back("scale", classifier.scaler.get_scale());
         const int64_t global_step = (epoch - 1) * steps_per_epoch + step;
         progress.update(global_step, fields);
         if (const ag::amp::SkipReport* skip = classifier.scaler.last_skip();
@@ -137,10 +140,10 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "%s\n", skip->to_string().c_str());
         }
         curves.train_loss.push_back(loss);
-        if (args.amp) curves.scale.push_back(classifier.scaler.get_scale());
+        if (scaled) curves.scale.push_back(classifier.scaler.get_scale());
         if (writer) {
           writer->add_scalar("loss/train", loss, global_step);
-          if (args.amp) writer->add_scalar("amp/scale", classifier.scaler.get_scale(), global_step);
+          if (scaled) writer->add_scalar("amp/scale", classifier.scaler.get_scale(), global_step);
           const ag::amp::GradStatsReport* stats = classifier.scaler.grad_stats();
           if (stats != nullptr && stats->iteration == classifier.scaler.iteration() - 1) {
             ag::amp::add_grad_stats(*writer, *stats, global_step);
@@ -155,7 +158,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "epoch %lld took %.1f s\n", static_cast<long long>(epoch), seconds_since(epoch_start));
       std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f  test accuracy %.2f%%", static_cast<long long>(epoch),
                   static_cast<long long>(args.epochs), train_loss, result.loss, 100 * result.accuracy);
-      if (args.amp) {
+      if (scaled) {
         std::printf("  scale %g  skipped steps %lld", classifier.scaler.get_scale(),
                     static_cast<long long>(epoch * steps_per_epoch - classifier.optimizer.steps_taken()));
       }
@@ -165,7 +168,8 @@ int main(int argc, char** argv) {
     if (!args.plot.empty()) {
       for (const std::string& path : training_plots::write(curves, args.plot)) std::printf("wrote %s\n", path.c_str());
     }
-    std::printf("final test accuracy %.2f%% (%s, %lld epochs)\n", 100 * result.accuracy, args.amp ? "AMP" : "FP32",
+    std::printf("final test accuracy %.2f%% (%s, %lld epochs)\n", 100 * result.accuracy,
+                precision == fm::Precision::kFp32 ? "FP32" : scaled ? "FP16 AMP" : "BF16 AMP",
                 static_cast<long long>(args.epochs));
   } catch (const ag::Error& e) {
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());

@@ -86,6 +86,18 @@ TEST(FashionTraining, AmpLossFallsLikeFp32) {
   EXPECT_NEAR(amp.test.accuracy, fp32.test.accuracy, 0.02);
 }
 
+// BF16 autocast without a scaler (the BF16 recipe): no step can be skipped, and the run tracks FP32
+// within BF16's coarser rounding (eps 2^-7, eight times FP16's), so twice AMP's bounds.
+TEST(FashionTraining, Bf16LossFallsLikeFp32) {
+  SKIP_WITHOUT_DATA();
+  const TrainingRun bf16 = train(fm::Precision::kAmpBf16);
+  expect_learned(bf16);
+  EXPECT_EQ(bf16.skipped, 0);
+  const TrainingRun fp32 = train(fm::Precision::kFp32);
+  EXPECT_NEAR(bf16.last_epoch_loss, fp32.last_epoch_loss, 0.1 * fp32.last_epoch_loss);
+  EXPECT_NEAR(bf16.test.accuracy, fp32.test.accuracy, 0.04);
+}
+
 TEST(FashionData, LoadsNormalisedFlatImages) {
   SKIP_WITHOUT_DATA();
   const fm::Dataset d = fm::load_dataset(fm::kDefaultDataDir, data::MnistSplit::kTest, 100);

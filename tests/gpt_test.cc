@@ -1,7 +1,7 @@
 // The small GPT of examples/gpt.h against PyTorch (tests/data/gpt_reference.safetensors, written by
-// tests/data/make_gpt_reference.py): logits, loss and every gradient in float64, float32 and FP16
-// autocast. Then short training runs in FP32 and AMP whose loss must fall, and a resume from a
-// checkpoint that continues bit for bit.
+// tests/data/make_gpt_reference.py): logits, loss and every gradient in float64, float32, FP16
+// autocast and BF16 autocast. Then short training runs in FP32, FP16 AMP and BF16 AMP whose loss
+// must fall, and a resume from a checkpoint that continues bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,8 +34,9 @@ struct ModelRun {
   std::map<std::string, Tensor> grads;
 };
 
-// The reference model in `dtype`, run on the reference batch (under FP16 autocast when asked).
-ModelRun run(DType dtype, bool autocast) {
+// The reference model in `dtype`, run on the reference batch (under autocast to `autocast_dtype`
+// when asked).
+ModelRun run(DType dtype, bool autocast, DType autocast_dtype = DType::kFloat16) {
   const std::map<std::string, Tensor> ref = load_reference();
   gpt::GPT model(reference_config());
   for (auto& [name, p] : model.named_parameters()) {
@@ -44,7 +45,7 @@ ModelRun run(DType dtype, bool autocast) {
   }
   ModelRun r;
   {
-    ag::amp::AutocastGuard guard(ag::Device::kCPU, DType::kFloat16, autocast);
+    ag::amp::AutocastGuard guard(ag::Device::kCPU, autocast_dtype, autocast);
     r.logits = model(ref.at("input.ids"));
     r.loss = ag::ops::cross_entropy(ag::ops::reshape(r.logits, {-1, 11}), ref.at("input.targets"));
   }
@@ -90,6 +91,17 @@ TEST(GptReference, Fp16AutocastMatchesPyTorch) {
   expect_matches(r, 2e-2);
 }
 
+// The same run under BF16 autocast, with the FP16 tolerance scaled by the ratio of the two dtypes'
+// eps (2^-7 / 2^-10 = 8, from the dtype table): the same casts, three significand bits fewer.
+TEST(GptReference, Bf16AutocastMatchesPyTorch) {
+  const ModelRun r = run(DType::kFloat32, true, DType::kBFloat16);
+  EXPECT_EQ(r.logits.dtype(), DType::kBFloat16);
+  EXPECT_EQ(r.loss.dtype(), DType::kFloat32);
+  for (const auto& [name, g] : r.grads) EXPECT_EQ(g.dtype(), DType::kFloat32) << name;  // FP32 parameters
+  const double ratio = ag::dtype_info(DType::kBFloat16).eps / ag::dtype_info(DType::kFloat16).eps;
+  expect_matches(r, 2e-2 * ratio);
+}
+
 TEST(GptReference, CheckpointNamesAreNanoGpts) {
   gpt::GPT model(reference_config());
   std::vector<std::string> names;
@@ -126,9 +138,12 @@ char_gpt::TrainOptions tiny_options(char_gpt::Precision precision) {
   return o;
 }
 
+constexpr char_gpt::Precision kPrecisions[] = {char_gpt::Precision::kFloat32, char_gpt::Precision::kFloat16Amp,
+                                               char_gpt::Precision::kBFloat16Amp};
+
 TEST(GptTraining, LossFallsInFp32AndAmp) {
   const char_gpt::Corpus corpus = tiny_corpus();
-  for (auto precision : {char_gpt::Precision::kFloat32, char_gpt::Precision::kFloat16Amp}) {
+  for (auto precision : kPrecisions) {
     char_gpt::TrainOptions o = tiny_options(precision);
     o.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
     ag::manual_seed(o.seed);
@@ -136,14 +151,18 @@ TEST(GptTraining, LossFallsInFp32AndAmp) {
     const char_gpt::TrainResult r = char_gpt::train(corpus, o, model);
     ASSERT_EQ(r.train_loss.size(), 60u);
     const double first = r.train_loss.front(), last = r.train_loss.back();
-    EXPECT_LT(last, 0.6 * first) << "precision " << static_cast<int>(precision);
-    EXPECT_LT(r.val_loss.back().second, r.unigram_loss) << "no better than unigram";
+    EXPECT_LT(last, 0.6 * first) << char_gpt::precision_name(precision);
+    EXPECT_LT(r.val_loss.back().second, r.unigram_loss) << char_gpt::precision_name(precision) << ": no better than unigram";
+    if (!char_gpt::uses_grad_scaler(precision)) {
+      EXPECT_EQ(r.skipped, 0) << "no scaler: no step is skipped";
+    }
   }
 }
 
 TEST(GptTraining, ResumeIsBitExact) {
   const char_gpt::Corpus corpus = tiny_corpus();
-  for (auto precision : {char_gpt::Precision::kFloat32, char_gpt::Precision::kFloat16Amp}) {
+  for (auto precision : kPrecisions) {
+    SCOPED_TRACE(char_gpt::precision_name(precision));
     char_gpt::TrainOptions o = tiny_options(precision);
     o.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
     o.steps = 12;
