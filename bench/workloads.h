@@ -123,7 +123,9 @@ struct GptWorkload : Steppable {
   static char_gpt::TrainOptions make_options(Precision precision) {
     char_gpt::TrainOptions o;
     o.model.vocab_size = 114;
-    o.precision = precision == Precision::kAmp ? char_gpt::Precision::kFloat16Amp : char_gpt::Precision::kFloat32;
+    o.precision = precision == Precision::kAmp       ? char_gpt::Precision::kFloat16Amp
+                  : precision == Precision::kAmpBf16 ? char_gpt::Precision::kBFloat16Amp
+                                                     : char_gpt::Precision::kFloat32;
     return o;
   }
 };

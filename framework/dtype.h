@@ -53,7 +53,7 @@ template <> struct DTypeTraits<DType::kFloat16> {
 template <> struct DTypeTraits<DType::kBFloat16> {
   using Storage = BFloat16;
   using Compute = float;
-  static constexpr DTypeInfo info{"bfloat16", "BF16", 2, true, true, 1, 0x1p-7};
+  static constexpr DTypeInfo info{"bfloat16", "BF16", 2, true, true, 1, 0x1p-7, 0x1.fep+127, 0x1p-126, 0x1p-133};
 };
 template <> struct DTypeTraits<DType::kFloat64> {
   using Storage = double;

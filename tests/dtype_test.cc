@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "framework/device.h"
@@ -33,6 +34,27 @@ TEST(DTypeTable, RowsMatchTheirStorageTypes) {
     EXPECT_EQ(next, 1.0 + ag::dtype_info(dtype).eps);
   }
   EXPECT_EQ(ag::dtype_from_safetensors_name("Q7"), std::nullopt);
+}
+
+// The range columns are the storage type's: max, min_normal and min_subnormal round-trip, the
+// next value past max overflows, and below half the smallest subnormal rounds to zero.
+TEST(DTypeTable, RangesMatchTheirStorageTypes) {
+  for (DType dtype : ag::kFloatingDTypes) {
+    SCOPED_TRACE(std::string(ag::dtype_name(dtype)));
+    const ag::DTypeInfo& info = ag::dtype_info(dtype);
+    const auto round_trip = [&](double x) {
+      return ag::visit_dtype(dtype, [x](auto t) {
+        using T = decltype(t);
+        return static_cast<double>(ag::load(ag::store<T>(static_cast<ag::ComputeType<T>>(x))));
+      });
+    };
+    EXPECT_EQ(round_trip(info.max), info.max);
+    EXPECT_TRUE(std::isinf(round_trip(info.max * (1 + 2 * info.eps))));
+    EXPECT_EQ(round_trip(info.min_normal), info.min_normal);
+    EXPECT_EQ(info.min_subnormal, info.min_normal * info.eps);
+    EXPECT_EQ(round_trip(info.min_subnormal), info.min_subnormal);
+    EXPECT_EQ(round_trip(info.min_subnormal * 0.25), 0.0);
+  }
 }
 
 TEST(DTypeTable, NamesAndClasses) {
