@@ -1,138 +1,135 @@
-// Caching device allocator: size classes, per-class free lists, byte counters, retry after an
-// out-of-memory by releasing the cache.
-#include "framework/device_cuda.h"
-
-#include <map>
-#include <mutex>
+// CUDA memory: the device count (and why it is zero), and the two caching allocators, for device
+// memory (cudaMalloc) and pinned host memory (cudaHostAlloc), over framework/caching_allocator.h.
+#include <string>
 #include <unordered_map>
-#include <utility>
-#include <vector>
 
+#include "framework/caching_allocator.h"
 #include "framework/cuda_check.h"
+#include "framework/device_cuda.h"
 
 namespace ampgrad::cuda {
 
-int device_count() {
-  // Cached: the answer cannot change during a process. Any error (35 = insufficient driver here)
-  // means "no GPU"; cudaGetLastError clears the error so it cannot leak into a later check.
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return n;
-  }();
-  return count;
-}
-
-size_t size_class(size_t nbytes) {
-  // Small: multiples of 512 B. Large (>= 1 MiB): the next of 2^k * {1, 1.25, 1.5, 1.75}, so
-  // at most 25% is wasted while the number of distinct classes (and cached blocks) stays small.
-  constexpr size_t kSmall = 512, kLarge = size_t{1} << 20;
-  if (nbytes < kLarge) return nbytes == 0 ? kSmall : (nbytes + kSmall - 1) / kSmall * kSmall;
-  size_t pow2 = kLarge;
-  while (pow2 * 2 <= nbytes) pow2 *= 2;
-  const size_t step = pow2 / 4;
-  return (nbytes + step - 1) / step * step;
-}
-
 namespace {
 
-class CachingAllocator final : public Allocator {
+struct DeviceQuery {
+  int count = 0;
+  std::string error;  // why cudaGetDeviceCount failed; empty when it did not
+};
+
+const DeviceQuery& device_query() {
+  // Cached: the answer cannot change during a process. Any error (35 = insufficient driver here)
+  // means "no GPU"; cudaGetLastError clears the error so it cannot leak into a later check.
+  static const DeviceQuery query = [] {
+    DeviceQuery q;
+    const cudaError_t err = cudaGetDeviceCount(&q.count);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      q.count = 0;
+      q.error = ::ampgrad::detail::str_cat("cudaGetDeviceCount failed: ", cudaGetErrorName(err), " (",
+                                           cudaGetErrorString(err), ")");
+    }
+    return q;
+  }();
+  return query;
+}
+
+std::string error_text(const char* call, cudaError_t err) {
+  return ::ampgrad::detail::str_cat(call, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")",
+                                    detail::fault_hint(err));
+}
+
+DeviceMemory::Allocation allocation_result(void* ptr, cudaError_t err, const char* call) {
+  DeviceMemory::Allocation result;
+  if (err == cudaSuccess) {
+    result.ptr = ptr;
+    return result;
+  }
+  cudaGetLastError();  // an allocation failure is not sticky; clear it so no later check reports it
+  result.status = err == cudaErrorMemoryAllocation ? DeviceMemory::Status::kOutOfMemory : DeviceMemory::Status::kFailed;
+  result.error = error_text(call, err);
+  return result;
+}
+
+// All work runs on the legacy default stream, so a freed device block is reused in stream order.
+class CudaDeviceMemory final : public DeviceMemory {
  public:
-  void* allocate(size_t nbytes) override {
-    const size_t cls = size_class(nbytes);
+  std::string name() const override { return "CUDA device memory"; }
+  int current_device() override {
     int device = 0;
     AG_CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(mutex_);
+    return device;
+  }
+  Allocation allocate(size_t nbytes) override {
     void* ptr = nullptr;
-    std::vector<void*>& free_list = free_[{device, cls}];
-    if (!free_list.empty()) {
-      ptr = free_list.back();
-      free_list.pop_back();
-    } else {
-      ptr = malloc_locked(cls);
-      stats_.reserved_bytes += static_cast<int64_t>(cls);
+    const cudaError_t err = cudaMalloc(&ptr, nbytes);
+    return allocation_result(ptr, err, "cudaMalloc");
+  }
+  void release(void* ptr) override { AG_CUDA_CHECK(cudaFree(ptr)); }
+  void synchronize() override { AG_CUDA_CHECK(cudaDeviceSynchronize()); }
+};
+
+// Pinned host blocks are read by asynchronous copies that may still be queued when the block is
+// freed: an event recorded at the free marks the point after which the block may be reused.
+class CudaPinnedMemory final : public DeviceMemory {
+ public:
+  std::string name() const override { return "pinned host memory"; }
+  int current_device() override { return 0; }  // host memory: one set of free lists
+  Allocation allocate(size_t nbytes) override {
+    void* ptr = nullptr;
+    const cudaError_t err = cudaHostAlloc(&ptr, nbytes, cudaHostAllocPortable);
+    return allocation_result(ptr, err, "cudaHostAlloc");
+  }
+  void release(void* ptr) override {
+    const auto it = events_.find(ptr);
+    if (it != events_.end()) {
+      cudaEvent_t event = it->second;
+      events_.erase(it);
+      AG_CUDA_CHECK(cudaEventDestroy(event));
     }
-    owner_[ptr] = device;
-    stats_.current_bytes += static_cast<int64_t>(nbytes);
-    if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
-    return ptr;
+    AG_CUDA_CHECK(cudaFreeHost(ptr));
   }
-
-  void deallocate(void* ptr, size_t nbytes) override {
-    if (ptr == nullptr) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = owner_.find(ptr);
-    if (it == owner_.end()) return;  // not ours: never happens for Storage-owned blocks
-    free_[{it->second, size_class(nbytes)}].push_back(ptr);
-    owner_.erase(it);
-    stats_.current_bytes -= static_cast<int64_t>(nbytes);
+  void synchronize() override { AG_CUDA_CHECK(cudaDeviceSynchronize()); }
+  void mark_freed(void* ptr) override {
+    cudaEvent_t& event = events_[ptr];
+    if (event == nullptr) AG_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    AG_CUDA_CHECK(cudaEventRecord(event, cudaStreamLegacy));  // after every copy queued so far
   }
-
-  MemoryStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.peak_bytes = stats_.current_bytes;
-  }
-
-  void empty_cache() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    release_cache_locked();
+  bool reusable(void* ptr) override {
+    const auto it = events_.find(ptr);
+    if (it == events_.end()) return true;
+    const cudaError_t err = cudaEventQuery(it->second);
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    AG_CUDA_CHECK(err);
+    return true;
   }
 
  private:
-  void* malloc_locked(size_t cls) {
-    void* ptr = nullptr;
-    cudaError_t err = cudaMalloc(&ptr, cls);
-    if (err == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // not sticky, but clear it before retrying
-      release_cache_locked();
-      err = cudaMalloc(&ptr, cls);
-    }
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      // Thrown directly (not AG_FAIL): this library uses only header-only parts of framework/.
-      throw Error(::ampgrad::detail::str_cat(__FILE__, ":", __LINE__, ": CUDA caching allocator: cudaMalloc of ", cls,
-                                             " bytes failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
-                                             "); in use ", stats_.current_bytes, " bytes, reserved ",
-                                             stats_.reserved_bytes, " bytes; hint: lower the batch size"));
-    }
-    return ptr;
-  }
-
-  void release_cache_locked() {
-    // Blocks may still be read by queued kernels: wait for them before giving memory back.
-    AG_CUDA_CHECK(cudaDeviceSynchronize());
-    for (auto& [key, list] : free_) {
-      for (void* ptr : list) {
-        AG_CUDA_CHECK(cudaFree(ptr));
-        stats_.reserved_bytes -= static_cast<int64_t>(key.second);
-      }
-      list.clear();
-    }
-  }
-
-  mutable std::mutex mutex_;
-  MemoryStats stats_;
-  std::map<std::pair<int, size_t>, std::vector<void*>> free_;  // (device, size class) -> free blocks
-  std::unordered_map<void*, int> owner_;                        // live block -> its device
+  std::unordered_map<void*, cudaEvent_t> events_;  // guarded by the allocator's lock
 };
-
-CachingAllocator& instance() {
-  static CachingAllocator* allocator = new CachingAllocator();  // never destroyed: tensors may outlive statics
-  return *allocator;
-}
 
 }  // namespace
 
-Allocator& caching_allocator() { return instance(); }
+int device_count() { return device_query().count; }
 
-void empty_cache() { instance().empty_cache(); }
+const std::string& device_query_error() { return device_query().error; }
+
+Allocator& caching_allocator() {
+  // Never destroyed: tensors may outlive statics.
+  static CachingAllocator* allocator = new CachingAllocator(*new CudaDeviceMemory());
+  return *allocator;
+}
+
+Allocator& pinned_allocator() {
+  static CachingAllocator* allocator = new CachingAllocator(*new CudaPinnedMemory());
+  return *allocator;
+}
+
+void empty_cache() {
+  static_cast<CachingAllocator&>(caching_allocator()).empty_cache();
+  static_cast<CachingAllocator&>(pinned_allocator()).empty_cache();
+}
 
 }  // namespace ampgrad::cuda

@@ -45,7 +45,7 @@ void copy_cpu(Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-void copy_(Tensor& dst, const Tensor& src) {
+void copy_(Tensor& dst, const Tensor& src, NonBlocking non_blocking) {
   AG_CHECK(dst.numel() == src.numel(), "copy_: ", src.to_string(), " into ", dst.to_string(),
            " needs equal element counts");
   if (dst.device() == Device::kCPU && src.device() == Device::kCPU) {
@@ -53,7 +53,8 @@ void copy_(Tensor& dst, const Tensor& src) {
   } else {
     require_backend(Device::kCUDA, "copy_");
 #if defined(AMPGRAD_WITH_CUDA)
-    cuda::copy_raw(dst.data_ptr(), dst.dtype(), dst.device(), src.data_ptr(), src.dtype(), src.device(), src.numel());
+    cuda::copy_raw(dst.data_ptr(), dst.dtype(), dst.device(), src.data_ptr(), src.dtype(), src.device(), src.numel(),
+                   non_blocking, src.is_pinned() ? cuda::HostMemory::kPinned : cuda::HostMemory::kPageable);
 #endif
   }
   dst.bump_version();

@@ -8,7 +8,9 @@
 namespace ampgrad {
 
 /// dst = src, converting dtype and moving across devices as needed (same element count).
-void copy_(Tensor& dst, const Tensor& src);
+/// NonBlocking::kYes queues a copy from pinned host memory to the GPU without waiting (see
+/// Tensor::to(Device, NonBlocking)); every other copy touching the host waits.
+void copy_(Tensor& dst, const Tensor& src, NonBlocking non_blocking = NonBlocking::kNo);
 /// Every element of dst = value (rounded to dst's dtype).
 void fill_(Tensor& dst, double value);
 /// dst += src (same shape, dtype, device), summed in the compute type and rounded once.

@@ -2,6 +2,7 @@
 #include "framework/device_cuda.h"
 
 #include <atomic>
+#include <cstring>
 
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
@@ -40,7 +41,7 @@ void convert_on_device(void* dst, DType dst_dtype, const void* src, DType src_dt
       using To = DeviceType<decltype(to)>;
       using From = DeviceType<decltype(from)>;
       convert_kernel<To, From><<<blocks_for(n), kThreads>>>(static_cast<To*>(dst), static_cast<const From*>(src), n);
-      AG_CUDA_CHECK_LAUNCH();
+      AG_CUDA_CHECK_LAUNCH("convert_kernel");
     });
   });
 }
@@ -75,19 +76,33 @@ void synchronize() {
 }
 
 void copy_raw(void* dst, DType dst_dtype, Device dst_device, const void* src, DType src_dtype, Device src_device,
-              int64_t n) {
+              int64_t n, NonBlocking non_blocking, HostMemory src_memory) {
   if (n == 0) return;
-  if (dst_device == Device::kCPU) host_syncs.fetch_add(1);  // a device-to-host copy waits for the GPU
   const bool same = dst_dtype == src_dtype;
   if (src_device == Device::kCPU && dst_device == Device::kCUDA) {
+    // From pinned memory, cudaMemcpyAsync is queued and returns at once (the pinned allocator keeps
+    // the source block from being reused until the copy is done). Any other host-to-device copy
+    // waits: cudaMemcpy from pageable memory first waits for all queued work, from pinned memory
+    // until the copy is done.
+    const bool async = non_blocking == NonBlocking::kYes && src_memory == HostMemory::kPinned;
+    if (!async) host_syncs.fetch_add(1);
+    const size_t nbytes = bytes_of(src_dtype, n);
+    const auto upload = [&](void* to) {
+      if (async) {
+        AG_CUDA_CHECK(cudaMemcpyAsync(to, src, nbytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
+      } else {
+        AG_CUDA_CHECK(cudaMemcpy(to, src, nbytes, cudaMemcpyHostToDevice));
+      }
+    };
     if (same) {
-      AG_CUDA_CHECK(cudaMemcpy(dst, src, bytes_of(src_dtype, n), cudaMemcpyHostToDevice));
+      upload(dst);
       return;
     }
-    Staging staging(bytes_of(src_dtype, n));  // host bytes as they are, converted on the device
-    AG_CUDA_CHECK(cudaMemcpy(staging.get(), src, bytes_of(src_dtype, n), cudaMemcpyHostToDevice));
+    Staging staging(nbytes);  // host bytes as they are, converted on the device
+    upload(staging.get());
     convert_on_device(dst, dst_dtype, staging.get(), src_dtype, n);
   } else if (src_device == Device::kCUDA && dst_device == Device::kCPU) {
+    host_syncs.fetch_add(1);  // a device-to-host copy waits for the GPU
     if (same) {
       AG_CUDA_CHECK(cudaMemcpy(dst, src, bytes_of(src_dtype, n), cudaMemcpyDeviceToHost));
       return;
@@ -102,6 +117,26 @@ void copy_raw(void* dst, DType dst_dtype, Device dst_device, const void* src, DT
   }
 }
 
+void* upload_async(const void* host, size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  // A pinned block, so that cudaMemcpyAsync neither waits nor stages; freed right after queuing,
+  // it is reused only once the copy is done. The device block is the caller's to return.
+  Allocator& pinned = pinned_allocator();
+  void* staging = pinned.allocate(nbytes);
+  std::memcpy(staging, host, nbytes);
+  void* device = nullptr;
+  try {
+    device = caching_allocator().allocate(nbytes);
+    AG_CUDA_CHECK(cudaMemcpyAsync(device, staging, nbytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
+  } catch (...) {
+    if (device != nullptr) caching_allocator().deallocate(device, nbytes);
+    pinned.deallocate(staging, nbytes);
+    throw;
+  }
+  pinned.deallocate(staging, nbytes);
+  return device;
+}
+
 void fill_raw(void* dst, DType dtype, int64_t n, double value) {
   if (n == 0) return;
   visit_dtype(dtype, [&](auto t) {
@@ -109,7 +144,7 @@ void fill_raw(void* dst, DType dtype, int64_t n, double value) {
     // As the CPU: rounded once from double (an int64 truncated, NaN giving INT64_MIN).
     const T v = dconvert<T>(value);
     fill_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(dst), v, n);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("fill_kernel");
   });
 }
 
@@ -118,7 +153,7 @@ void accumulate_raw(void* dst, const void* src, DType dtype, int64_t n) {
   visit_dtype(dtype, [&](auto t) {
     using T = DeviceType<decltype(t)>;
     accumulate_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(dst), static_cast<const T*>(src), n);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("accumulate_kernel");
   });
 }
 

@@ -61,6 +61,16 @@ std::atomic<bool> tf32_allowed{false};
 }  // namespace
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow); }
 bool allow_tf32() { return tf32_allowed.load(); }
+
+std::string unavailable_reason() {
+#if defined(AMPGRAD_WITH_CUDA)
+  if (cuda_is_available()) return "";
+  if (!device_query_error().empty()) return device_query_error();
+  return "the CUDA driver reports no device (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+#else
+  return "this build of ampgrad has no CUDA backend (the CUDA toolkit was not found when it was built)";
+#endif
+}
 }  // namespace cuda
 
 }  // namespace ampgrad

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
+#include <string>
 #include <string_view>
 
 namespace ampgrad {
@@ -13,6 +14,9 @@ namespace ampgrad {
 enum class Device : uint8_t { kCPU, kCUDA };
 inline constexpr size_t kNumDevices = 2;  // sizes per-device state (autocast, allocators)
 inline constexpr std::array<Device, kNumDevices> kAllDevices = {Device::kCPU, Device::kCUDA};
+
+/// Whether a host-to-device copy may return before it has finished (Tensor::to(Device, NonBlocking)).
+enum class NonBlocking : bool { kNo, kYes };
 
 constexpr size_t device_index(Device device) { return static_cast<size_t>(device); }
 constexpr std::string_view device_name(Device device) { return device == Device::kCPU ? "cpu" : "cuda"; }
@@ -26,8 +30,10 @@ bool cuda_is_available();
 int device_count(Device device);
 /// Waits until every queued operation on `device` has finished (nothing to wait for on the CPU).
 void synchronize(Device device);
-/// How many times the host has waited for the GPU so far (synchronize(kCUDA) and device-to-host
-/// copies): the benchmarks use it to count host syncs per training step. 0 without CUDA.
+/// How many times the host has waited for the GPU so far: synchronize(kCUDA), device-to-host
+/// copies (item(), to_vector()) and host-to-device copies, which wait for queued work too, except
+/// non-blocking ones from pinned memory (Tensor::pin_memory). The benchmarks use it to count host
+/// syncs per training step. 0 without CUDA.
 int64_t cuda_host_sync_count();
 
 /// Throws the one error for work on a device this build has no backend for; `what` names the
@@ -40,6 +46,9 @@ namespace cuda {
 /// float32 results match the CPU to float rounding. Process-wide; no effect on the CPU.
 void set_allow_tf32(bool allow);
 bool allow_tf32();
+/// Why cuda_is_available() is false ("" when it is true): a CPU-only build, the CUDA runtime's
+/// error (e.g. cudaErrorInsufficientDriver: no driver, or one older than the runtime), or no device.
+std::string unavailable_reason();
 }  // namespace cuda
 
 }  // namespace ampgrad

@@ -15,9 +15,12 @@
 namespace ampgrad {
 
 Storage::Storage(size_t nbytes_in, Device device_in)
-    : data(allocator_for(device_in).allocate(nbytes_in)), nbytes(nbytes_in), device(device_in) {}
+    : allocator(&allocator_for(device_in)), data(allocator->allocate(nbytes_in)), nbytes(nbytes_in), device(device_in) {}
 
-Storage::~Storage() { allocator_for(device).deallocate(data, nbytes); }
+Storage::Storage(size_t nbytes_in, Allocator& pinned_host)
+    : allocator(&pinned_host), data(allocator->allocate(nbytes_in)), nbytes(nbytes_in), pinned(true) {}
+
+Storage::~Storage() { allocator->deallocate(data, nbytes); }
 
 int64_t shape_numel(const Shape& shape) {
   bool empty = false;

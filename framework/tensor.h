@@ -46,6 +46,18 @@ class Tensor {
   /// Returns *this when nothing changes, as PyTorch does.
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
+  /// to(device), where NonBlocking::kYes lets a copy from pinned host memory (pin_memory()) to the
+  /// GPU be queued without the host waiting: the result is usable by later GPU work at once, but
+  /// the source must not be overwritten until the GPU has read it (a synchronize, or a later
+  /// device-to-host read). From pageable memory, and towards the host, the copy waits as to(device).
+  Tensor to(Device device, NonBlocking non_blocking) const;
+
+  /// A copy of this CPU tensor in page-locked ("pinned") host memory, without autograd history,
+  /// for input batches: copies from it to the GPU can be asynchronous (to(device, kYes)). Returns
+  /// *this when already pinned. Needs a CUDA device. (PyTorch's pin_memory.)
+  Tensor pin_memory() const;
+  /// Whether this tensor's storage is pinned host memory.
+  bool is_pinned() const;
 
   /// The values on the host as T (float, double or int64_t), converted from any dtype and device
   /// (to int64 as a cast does: truncated toward zero). to_vector() gives floats.

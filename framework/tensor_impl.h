@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "framework/allocator.h"
 #include "framework/tensor.h"
 
 namespace ampgrad {
@@ -11,14 +12,18 @@ namespace ampgrad {
 /// Bytes on one device. `version` counts in-place writes, so caches and saved tensors
 /// can tell when values changed under them.
 struct Storage {
-  Storage(size_t nbytes, Device device);
+  Storage(size_t nbytes, Device device);  // from allocator_for(device)
+  /// Page-locked host memory from `pinned_host` (Tensor::pin_memory): a CPU storage with pinned set.
+  Storage(size_t nbytes, Allocator& pinned_host);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
+  Allocator* allocator = nullptr;  // where data came from, and goes back to
   void* data = nullptr;
   size_t nbytes = 0;
   Device device = Device::kCPU;
+  bool pinned = false;
   uint64_t version = 0;
 };
 
