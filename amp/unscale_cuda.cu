@@ -1,7 +1,8 @@
-// Multi-tensor unscale + inf/NaN check: the host cuts every gradient into chunks of kChunk elements
-// and passes a table of {grad, out, n, dtype} by value as the kernel's argument (no upload, no
-// host sync); block b handles chunk b. One launch per kChunksPerLaunch chunks: one for most models.
-// The measuring variant (gradient statistics) also counts each chunk's values (grad_counts.h).
+// Multi-tensor unscale + inf/NaN check in ONE launch for any model size: the host cuts every
+// gradient into chunks, uploads the chunk table once per call (through pinned memory, no host
+// wait), and the blocks walk the table with a grid-stride loop. The measuring variant (gradient
+// statistics, every N steps) passes its table by value instead, kChunksPerLaunch chunks a launch,
+// and also counts each chunk's values (grad_counts.h).
 #include "amp/unscale.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
+#include "framework/device_cuda.h"
 #include "framework/error.h"
 
 namespace ampgrad::amp::cuda {
@@ -49,18 +51,22 @@ struct ChunkTable {
   Chunk chunks[kChunksPerLaunch];
 };
 
-// table.chunks is (gridDim.x) used entries; found_inf is (1): set to 1 when any unscaled value is inf/NaN.
-__global__ void unscale_chunks_kernel(const ChunkTable table, double inv_scale, float* found_inf) {
-  const Chunk c = table.chunks[blockIdx.x];
+// chunks is (count): chunk c's out (float32) = its in * inv_scale; found_inf is (1), set to 1 when
+// any result is inf/NaN. Block b handles chunks b, b + gridDim.x, ...
+__global__ void unscale_chunks_kernel(const TensorChunk* chunks, int64_t count, double inv_scale, float* found_inf) {
   bool bad = false;
-  switch (c.dtype) {
-    case DType::kFloat32: bad = unscale_span(static_cast<const float*>(c.grad), c.out, c.n, inv_scale); break;
-    case DType::kFloat16: bad = unscale_span(static_cast<const __half*>(c.grad), c.out, c.n, inv_scale); break;
-    case DType::kBFloat16:
-      bad = unscale_span(static_cast<const __nv_bfloat16*>(c.grad), c.out, c.n, inv_scale);
-      break;
-    case DType::kFloat64: bad = unscale_span(static_cast<const double*>(c.grad), c.out, c.n, inv_scale); break;
-    case DType::kInt64: break;  // refused on the host: gradients are floating
+  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
+    const TensorChunk chunk = chunks[c];
+    float* out = static_cast<float*>(chunk.out);
+    switch (chunk.dtype) {
+      case DType::kFloat32: bad |= unscale_span(static_cast<const float*>(chunk.in), out, chunk.n, inv_scale); break;
+      case DType::kFloat16: bad |= unscale_span(static_cast<const __half*>(chunk.in), out, chunk.n, inv_scale); break;
+      case DType::kBFloat16:
+        bad |= unscale_span(static_cast<const __nv_bfloat16*>(chunk.in), out, chunk.n, inv_scale);
+        break;
+      case DType::kFloat64: bad |= unscale_span(static_cast<const double*>(chunk.in), out, chunk.n, inv_scale); break;
+      default: break;  // refused on the host
+    }
   }
   if (bad) *found_inf = 1.0f;  // benign race: every writer stores the same value
 }
@@ -174,7 +180,7 @@ void unscale_check_and_measure_multi(const std::vector<Tensor>& grads, double in
     std::copy(chunks.begin() + first, chunks.begin() + first + count, table.chunks);
     measure_chunks_kernel<<<static_cast<unsigned int>(count), kThreads>>>(
         table, inv_scale, found_inf != nullptr ? found_inf->data<float>() : nullptr, formats, device_counts);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("measure_chunks_kernel");
   }
   if (outs != nullptr) {
     for (Tensor& o : *outs) o.bump_version();
@@ -188,13 +194,22 @@ void unscale_and_check_multi(const std::vector<Tensor>& grads, double inv_scale,
   AG_CHECK(grads.size() == outs.size(), "unscale (CUDA): ", grads.size(), " gradients but ", outs.size(), " outputs");
   AG_CHECK(found_inf.device() == Device::kCUDA && found_inf.dtype() == DType::kFloat32 && found_inf.numel() == 1,
            "unscale (CUDA): found_inf must be one float32 element on CUDA, got ", found_inf.to_string());
-  const std::vector<Chunk> chunks = make_chunks(grads, &outs);
-  for (size_t first = 0; first < chunks.size(); first += kChunksPerLaunch) {
-    const size_t count = std::min<size_t>(kChunksPerLaunch, chunks.size() - first);
-    ChunkTable table{};
-    std::copy(chunks.begin() + first, chunks.begin() + first + count, table.chunks);
-    unscale_chunks_kernel<<<static_cast<unsigned int>(count), kThreads>>>(table, inv_scale, found_inf.data<float>());
-    AG_CUDA_CHECK_LAUNCH();
+  std::vector<TensorChunk> chunks;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    const Tensor& g = grads[k];
+    Tensor& o = outs[k];
+    AG_CHECK(g.device() == Device::kCUDA && o.device() == Device::kCUDA && o.dtype() == DType::kFloat32 &&
+                 o.numel() == g.numel() && is_floating(g.dtype()),
+             "unscale (CUDA): cannot unscale ", g.to_string(), " into ", o.to_string());
+    append_chunks(chunks, g.data_ptr(), g.dtype(), o.data<float>(), sizeof(float), g.numel());
+  }
+  if (!chunks.empty()) {
+    const size_t nbytes = chunks.size() * sizeof(TensorChunk);
+    auto* table = static_cast<TensorChunk*>(upload_async(chunks.data(), nbytes));
+    unscale_chunks_kernel<<<chunk_blocks(chunks.size()), kThreads>>>(table, static_cast<int64_t>(chunks.size()),
+                                                                     inv_scale, found_inf.data<float>());
+    caching_allocator().deallocate(table, nbytes);  // stream-ordered: reused only after the kernel
+    AG_CUDA_CHECK_LAUNCH("unscale_chunks_kernel");
   }
   for (Tensor& o : outs) o.bump_version();
   found_inf.bump_version();

@@ -72,7 +72,8 @@ void launch_binary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
   T* po = static_cast<T*>(out.data_ptr());
   const int64_t n = out.numel(), na = a.numel(), nb = b.numel();
   if (n == 0) return;
-  if (na == n && nb == n && aligned16(pa) && aligned16(pb) && aligned16(po)) {
+  const bool vec = na == n && nb == n && aligned16(pa) && aligned16(pb) && aligned16(po);
+  if (vec) {
     binary_vec_kernel<T><<<blocks_for(n, Vec<T>::kSize), kThreads>>>(pa, pb, po, n, op);
   } else {
     const StridedPlan<3> plan = make_plan<3>(
@@ -80,7 +81,7 @@ void launch_binary(const Tensor& a, const Tensor& b, Tensor& out, Op op) {
                       broadcast_strides(b.shape(), out.shape())});
     binary_plan_kernel<T><<<blocks_for(n), kThreads>>>(pa, pb, po, plan, op);
   }
-  AG_CUDA_CHECK_LAUNCH();
+  AG_CUDA_CHECK_LAUNCH(vec ? "binary_vec_kernel" : "binary_plan_kernel");
 }
 
 // src and out are (n): out = alpha * src + beta in the compute type (no index arithmetic).
@@ -211,7 +212,7 @@ void affine(const Tensor& src, double alpha, double beta, Tensor& out) {
           make_plan<2>(out.shape(), {contiguous_strides(out.shape()), broadcast_strides(src.shape(), out.shape())});
       affine_plan_kernel<T><<<blocks_for(n), kThreads>>>(s, static_cast<C>(alpha), static_cast<C>(beta), o, plan);
     }
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH(src.numel() == n ? "affine_kernel" : "affine_plan_kernel");
   });
 }
 
@@ -221,7 +222,7 @@ void relu(const Tensor& x, Tensor& y) {
   visit_floating_dtype(y.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     relu_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), n);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("relu_kernel");
   });
 }
 
@@ -233,7 +234,7 @@ void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     relu_backward_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()),
                                                          static_cast<const T*>(dy.data_ptr()),
                                                          static_cast<T*>(dx.data_ptr()), n);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("relu_backward_kernel");
   });
 }
 

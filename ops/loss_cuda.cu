@@ -66,7 +66,7 @@ void mse_backward(const Tensor& pred, const Tensor& target, const Tensor& dloss,
                                                         static_cast<const T*>(target.data_ptr()),
                                                         static_cast<const T*>(dloss.data_ptr()),
                                                         static_cast<T*>(dpred.data_ptr()), dt, n);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("mse_backward_kernel");
   });
 }
 

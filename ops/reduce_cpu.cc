@@ -188,4 +188,60 @@ void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& 
   });
 }
 
+namespace {
+
+// sum_j double(x[j])^2 over n values, four independent chains so the adds pipeline.
+template <typename T>
+double squares(const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    float wide[kWiden];
+    double total = 0.0;
+    for (int64_t start = 0; start < n; start += kWiden) {
+      const int64_t len = std::min(kWiden, n - start);
+      half_to_float(x + start, wide, static_cast<size_t>(len));
+      total += squares(wide, len);
+    }
+    return total;
+  } else {
+    double lanes[4] = {0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      for (int k = 0; k < 4; ++k) lanes[k] += static_cast<double>(x[j + k]) * static_cast<double>(x[j + k]);
+    }
+    for (; j < n; ++j) lanes[0] += static_cast<double>(x[j]) * static_cast<double>(x[j]);
+    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  }
+}
+
+struct Piece {
+  const Tensor* x;
+  int64_t start, n;
+};
+
+}  // namespace
+
+void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
+  constexpr int64_t kPiece = int64_t{1} << 16;
+  std::vector<Piece> pieces;
+  for (const Tensor& x : xs) {
+    for (int64_t start = 0; start < x.numel(); start += kPiece) pieces.push_back({&x, start, std::min(kPiece, x.numel() - start)});
+  }
+  std::vector<double> partials(pieces.size(), 0.0);
+  const auto run = [&](int64_t i) {
+    const Piece& p = pieces[static_cast<size_t>(i)];
+    visit_floating_dtype(p.x->dtype(), [&](auto t) {
+      using T = decltype(t);
+      partials[static_cast<size_t>(i)] = squares(p.x->data<T>() + p.start, p.n);
+    });
+  };
+  if (pieces.size() > 1) {
+    parallel_for(static_cast<int64_t>(pieces.size()), run);
+  } else if (!pieces.empty()) {
+    run(0);
+  }
+  double total = 0.0;
+  for (double p : partials) total += p;  // in piece order
+  out.data<double>()[0] = total;
+}
+
 }  // namespace ampgrad::kernels::cpu

@@ -3,6 +3,7 @@
 // per (chunk, output) and adds the partials in chunk order: deterministic, and tiled so that
 // neighbouring threads read neighbouring elements whether the innermost dimension is kept (bias
 // gradients) or reduced (row sums). max_along scans one dimension per output element.
+// sum_of_squares walks a chunk table over many tensors in one launch.
 #include <algorithm>
 
 #include "framework/cuda_check.h"
@@ -20,6 +21,10 @@ using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helper
 
 constexpr int64_t kChunk = 4096;   // reduced elements per partial
 constexpr int kTileX = 32, kTileY = 8;
+
+struct Identity {
+  __device__ double operator()(double total) const { return total; }
+};
 
 struct SumPlans {
   StridedPlan<1> kept;     // output element -> offset of its first term in x
@@ -130,6 +135,35 @@ __global__ void max_backward_kernel(const T* dy, const int64_t* indices, int64_t
   }
 }
 
+template <typename T>
+__device__ double squares_span(const T* x, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double v = static_cast<double>(dload(x[i]));
+    acc += v * v;
+  }
+  return acc;
+}
+
+// chunks is (count), partials is (gridDim.x): partials[b] = the squares of chunks b, b + gridDim.x,
+// ... added in double; a fixed grid for a given table, so the order is fixed too.
+__global__ void squares_chunks_kernel(const TensorChunk* chunks, int64_t count, double* partials) {
+  using BlockReduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename BlockReduce::TempStorage temp;
+  double acc = 0.0;
+  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
+    const TensorChunk chunk = chunks[c];
+    switch (chunk.dtype) {
+      case DType::kFloat32: acc += squares_span(static_cast<const float*>(chunk.in), chunk.n); break;
+      case DType::kFloat16: acc += squares_span(static_cast<const __half*>(chunk.in), chunk.n); break;
+      case DType::kFloat64: acc += squares_span(static_cast<const double*>(chunk.in), chunk.n); break;
+      default: break;  // refused on the host
+    }
+  }
+  const double total = BlockReduce(temp).Sum(acc);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
 struct AlongDim {
   int64_t outer = 1, size = 1, inner = 1;
 };
@@ -172,11 +206,33 @@ void sum_to(const Tensor& x, double alpha, Tensor& out) {
       sum_columns_kernel<T><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)),
                               dim3(kTileX, kTileY)>>>(in, plans.kept, plans.reduced, chunk, partials);
     }
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH(plans.inner_reduced ? "sum_rows_kernel" : "sum_columns_kernel");
     finish_kernel<T><<<blocks_for(n_out), kThreads>>>(partials, chunks, n_out, alpha, static_cast<T*>(out.data_ptr()));
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("finish_kernel");
   });
   alloc.deallocate(partials, nbytes);  // stream-ordered: a later user of the block runs after us
+}
+
+void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
+  std::vector<TensorChunk> chunks;
+  for (const Tensor& x : xs) append_chunks(chunks, x.data_ptr(), x.dtype(), nullptr, 0, x.numel());
+  double* result = static_cast<double*>(out.data_ptr());
+  if (chunks.empty()) {
+    AG_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(double), cudaStreamLegacy));  // a sum of nothing is 0
+    return;
+  }
+  Allocator& alloc = caching_allocator();
+  const size_t table_bytes = chunks.size() * sizeof(TensorChunk);
+  const unsigned int blocks = chunk_blocks(chunks.size());
+  const size_t partial_bytes = sizeof(double) * blocks;
+  auto* table = static_cast<TensorChunk*>(upload_async(chunks.data(), table_bytes));
+  auto* partials = static_cast<double*>(alloc.allocate(partial_bytes));
+  squares_chunks_kernel<<<blocks, kThreads>>>(table, static_cast<int64_t>(chunks.size()), partials);
+  alloc.deallocate(table, table_bytes);  // stream-ordered: a later user of the block runs after us
+  AG_CUDA_CHECK_LAUNCH("squares_chunks_kernel");
+  reduce_finish_kernel<double, double><<<1, kThreads>>>(partials, static_cast<int>(blocks), Identity{}, result);
+  alloc.deallocate(partials, partial_bytes);
+  AG_CUDA_CHECK_LAUNCH("reduce_finish_kernel");
 }
 
 void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
@@ -187,7 +243,7 @@ void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
     max_along_kernel<T><<<blocks_for(v.outer * v.inner), kThreads>>>(
         static_cast<const T*>(x.data_ptr()), v.outer, v.size, v.inner,
         values.defined() ? static_cast<T*>(values.data_ptr()) : nullptr, static_cast<int64_t*>(indices.data_ptr()));
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("max_along_kernel");
   });
 }
 
@@ -201,7 +257,7 @@ void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& 
     max_backward_kernel<T><<<blocks_for(v.outer * v.inner), kThreads>>>(
         static_cast<const T*>(dy.data_ptr()), static_cast<const int64_t*>(indices.data_ptr()), v.outer, v.size,
         v.inner, static_cast<T*>(dx.data_ptr()));
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("max_backward_kernel");
   });
 }
 

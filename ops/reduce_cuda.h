@@ -49,9 +49,9 @@ void reduce_to_one(int64_t n, Term term, Finish finish, T* out) {
   const size_t nbytes = sizeof(C) * static_cast<size_t>(grid);
   C* partials = static_cast<C*>(alloc.allocate(nbytes));
   reduce_partials_kernel<C><<<grid, kThreads>>>(n, term, partials);
-  AG_CUDA_CHECK_LAUNCH();
+  AG_CUDA_CHECK_LAUNCH("reduce_partials_kernel");
   reduce_finish_kernel<C, T><<<1, kThreads>>>(partials, grid, finish, out);
-  AG_CUDA_CHECK_LAUNCH();
+  AG_CUDA_CHECK_LAUNCH("reduce_finish_kernel");
   alloc.deallocate(partials, nbytes);  // stream-ordered: a later user of the block runs after us
 }
 

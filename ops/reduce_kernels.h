@@ -4,7 +4,10 @@
 // overwritten.
 #pragma once
 
+#include <vector>
+
 #include "framework/device.h"
+#include "framework/error.h"
 #include "framework/tensor.h"
 
 namespace ampgrad::kernels {
@@ -31,6 +34,24 @@ namespace cpu { void max_backward(const Tensor& dy, const Tensor& indices, int64
 namespace cuda { void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx); }
 inline void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx) {
   AG_ON_BACKEND(dx.device(), max_backward, dy, indices, dim, dx);
+}
+
+// out (one float64 element, on out's device) = the sum over every tensor of xs of its squared
+// elements, each square formed and added in double, in pieces fixed by the tensors' sizes alone (the
+// bits do not depend on thread counts). xs: floating tensors of any dtypes, all on out's device.
+// The squared L2 norm clip_grad_norm_ needs, read back with ONE host sync however many tensors:
+// on CUDA every tensor goes through one launch (a chunk table), plus one to add the partials.
+namespace cpu { void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out); }
+namespace cuda { void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out); }
+inline void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
+  AG_CHECK(out.dtype() == DType::kFloat64 && out.numel() == 1, "sum_of_squares: out must be one float64 element, got ",
+           out.to_string());
+  for (const Tensor& x : xs) {
+    AG_CHECK(is_floating(x.dtype()) && x.device() == out.device(), "sum_of_squares: cannot add the squares of ",
+             x.to_string(), " into ", out.to_string(), "; hint: floating tensors on out's device only");
+  }
+  AG_ON_BACKEND(out.device(), sum_of_squares, xs, out);
+  out.bump_version();
 }
 
 }  // namespace ampgrad::kernels

@@ -35,7 +35,7 @@ void strided_copy(const Tensor& src, Tensor& dst, const StridedPlan<2>& plan) {
       using T = DeviceType<decltype(t)>;
       strided_copy_kernel<T><<<blocks_for(plan.numel), kThreads>>>(static_cast<const T*>(src.data_ptr()),
                                                                   static_cast<T*>(dst.data_ptr()), plan);
-      AG_CUDA_CHECK_LAUNCH();
+      AG_CUDA_CHECK_LAUNCH("strided_copy_kernel");
     });
   }
   dst.bump_version();

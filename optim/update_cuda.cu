@@ -63,7 +63,7 @@ void sgd_update(float* w, const float* g, float* buf, RoundedCopy copy, int64_t 
   with_copy(copy, [&](auto* param_copy) {
     sgd_kernel<<<blocks_for(n), kThreads>>>(w, g, buf, param_copy, n, s, nesterov == Nesterov::kYes,
                                             first == FirstStep::kYes);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("sgd_kernel");
   });
 }
 
@@ -71,7 +71,7 @@ void adam_update(float* w, const float* g, float* m, float* v, RoundedCopy copy,
   if (n == 0) return;
   with_copy(copy, [&](auto* param_copy) {
     adam_kernel<<<blocks_for(n), kThreads>>>(w, g, m, v, param_copy, n, s);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("adam_kernel");
   });
 }
 

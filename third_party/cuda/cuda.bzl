@@ -1,6 +1,8 @@
 # cuda_library and if_cuda: .cu files are compiled by nvcc when @local_cuda found a toolkit,
 # otherwise cuda_library is an empty cc_library (headers and deps only) and the build is CPU-only.
 # See cuda_configure.bzl for how the toolkit is found (CUDA_PATH=/nonexistent forces CPU-only).
+# Nothing here links cuBLAS: ops/cublas_loader.cc loads it at run time, so a CUDA build's binaries
+# start (CPU-only) on machines without the CUDA libraries.
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
 load("@local_cuda//:defs.bzl", "CUDA_FOUND", "CUDA_PATH")
@@ -10,16 +12,29 @@ CUDA_ARCHS = ["90"]
 
 _NVCC_FLAGS = [
     "-std=c++20",
-    "-O3",
     "-Xcompiler",
     "-fPIC",
     "--expt-relaxed-constexpr",
 ] + ["-gencode=arch=compute_%s,code=[sm_%s,compute_%s]" % (a, a, a) for a in CUDA_ARCHS]
 
+# Per compilation mode (bazel -c): -lineinfo maps device code to source lines for compute-sanitizer
+# and Nsight at no speed cost; -c dbg compiles device code unoptimised with full debug information
+# (-G, for cuda-gdb), and only opt defines NDEBUG, as Bazel does for C++.
+_NVCC_MODE_FLAGS = {
+    "opt": ["-O3", "-lineinfo", "-DNDEBUG"],
+    "fastbuild": ["-O1", "-lineinfo"],
+    "dbg": ["-O0", "-g", "-G"],
+}
+
+# The toolkit's library folder, for the run-time loader's last resort (after the dynamic linker's
+# own search: LD_LIBRARY_PATH, the ldconfig cache).
+CUDA_LIB_DIR = CUDA_PATH + "/lib64" if CUDA_FOUND else ""
+
 def _nvcc_objects_impl(ctx):
     cc_toolchain = find_cpp_toolchain(ctx)
     cc = cc_common.merge_cc_infos(cc_infos = [d[CcInfo] for d in ctx.attr.deps]).compilation_context
     args = ["-ccbin", cc_toolchain.compiler_executable] + _NVCC_FLAGS
+    args += _NVCC_MODE_FLAGS.get(ctx.var["COMPILATION_MODE"], [])
     args += ["-I.", "-I" + ctx.bin_dir.path]
     for inc in cc.quote_includes.to_list() + cc.includes.to_list():
         args.append("-I" + inc)
@@ -65,6 +80,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
     """A cc_library whose .cu srcs are compiled by nvcc; `copts` are extra nvcc flags.
 
     Other srcs (.cc, .h) go to the cc_library as they are. Dependants see AMPGRAD_WITH_CUDA=1.
+    The CUDA runtime is linked statically; cuBLAS is not linked (ops/cublas_loader.cc loads it).
     Without CUDA: cc_library(name, hdrs, deps) only, so dependants build CPU-only.
     """
     if not CUDA_FOUND:
@@ -85,7 +101,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
         name = name,
         srcs = [":" + name + "_nvcc"] + [s for s in srcs if not s.endswith(".cu")],
         hdrs = hdrs,
-        deps = deps + ["@local_cuda//:cudart_static", "@local_cuda//:cublas"],
+        deps = deps + ["@local_cuda//:cudart_static"],
         defines = defines,
         linkstatic = True,
         **kwargs

@@ -28,6 +28,7 @@ cc_library(
     deps = [":cuda_headers"],
 )
 
+# For programs that call cuBLAS themselves; ampgrad does not link it (it loads it at run time).
 cc_library(
     name = "cublas",
     linkopts = ["-L{lib}", "-lcublas", "-lcublasLt", "-Wl,-rpath,{lib}"],
