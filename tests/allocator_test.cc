@@ -1,11 +1,17 @@
 // The CPU allocator: alignment, byte counters, and its per-thread cache of freed blocks (reused
-// for the next tensor of the same size class, counted as reserved, returned at thread exit).
+// for the next tensor of the same size class, counted as reserved, returned at thread exit). The
+// caching allocator behind CUDA and pinned memory over a fake device: reuse, the out-of-memory
+// retry and hint, a failing release, blocks that are not yet reusable.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "framework/allocator.h"
+#include "framework/caching_allocator.h"
 #include "framework/autograd.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
@@ -83,6 +89,120 @@ TEST(CpuAllocator, TensorsFreedOnAnotherThreadAreSafe) {
   std::thread([t = std::move(t)]() mutable { t = Tensor(); }).join();
   const Tensor u = ag::ones({5000});
   EXPECT_EQ(u.to_vector()[4999], 1.0f);
+}
+
+// The message of the ag::Error fn throws ("" when it throws none).
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ag::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A device whose allocations, releases and waits are scripted, and that records every release.
+class FakeDevice final : public ag::DeviceMemory {
+ public:
+  std::string name() const override { return "fake device memory"; }
+  int current_device() override { return device; }
+  Allocation allocate(size_t nbytes) override {
+    if (next_status != Status::kOk) {
+      const Status status = next_status;
+      if (fail_times > 0 && --fail_times == 0) next_status = Status::kOk;
+      Allocation failed;
+      failed.status = status;
+      failed.error = status == Status::kOutOfMemory ? "fakeMalloc: out of memory" : "fakeMalloc: device lost";
+      return failed;
+    }
+    Allocation ok;
+    ok.ptr = reinterpret_cast<void*>(next_address);
+    next_address += nbytes + 4096;
+    ++allocations;
+    return ok;
+  }
+  void release(void* ptr) override {
+    ++releases[ptr];
+    if (fail_release_on-- == 1) throw ag::Error("fakeFree failed");
+  }
+  void synchronize() override { ++waits; }
+  void mark_freed(void* ptr) override { ready[ptr] = false; }
+  bool reusable(void* ptr) override { return ready[ptr]; }
+
+  int device = 0;
+  Status next_status = Status::kOk;
+  int fail_times = 0;        // with next_status: fail this many times, then succeed (0: always fail)
+  int fail_release_on = -1;  // the n-th release (1-based) throws
+  uintptr_t next_address = 0x10000;
+  int allocations = 0, waits = 0;
+  std::map<void*, int> releases;
+  std::map<void*, bool> ready;  // what reusable() answers for each freed block
+};
+
+TEST(CachingAllocator, ReusesAFreedBlockOfTheSameClassOnTheSameDeviceOnceReusable) {
+  FakeDevice dev;
+  ag::CachingAllocator alloc(dev);
+  void* a = alloc.allocate(1000);
+  alloc.deallocate(a, 1000);
+  EXPECT_NE(alloc.allocate(1000), a) << "not yet reusable (a queued copy may still read it)";
+  dev.ready[a] = true;
+  EXPECT_EQ(alloc.allocate(900), a) << "same 1024-byte class";
+  void* b = alloc.allocate(1000);
+  alloc.deallocate(b, 1000);
+  dev.ready[b] = true;
+  dev.device = 1;
+  EXPECT_NE(alloc.allocate(1000), b) << "another device has its own free lists";
+  const ag::MemoryStats s = alloc.stats();
+  EXPECT_EQ(s.current_bytes, 1000 + 900 + 1000);
+  EXPECT_EQ(s.reserved_bytes, 4 * 1024);
+  EXPECT_EQ(dev.allocations, 4);
+}
+
+TEST(CachingAllocator, SizeClassesAreMultiplesOf512ThenQuarterSteps) {
+  EXPECT_EQ(ag::CachingAllocator::size_class(0), 512u);
+  EXPECT_EQ(ag::CachingAllocator::size_class(513), 1024u);
+  EXPECT_EQ(ag::CachingAllocator::size_class(size_t{1} << 26), size_t{1} << 26);  // 64 MiB: exact
+  EXPECT_EQ(ag::CachingAllocator::size_class((size_t{1} << 26) + 1), (size_t{1} << 26) * 5 / 4);
+}
+
+TEST(CachingAllocator, OutOfMemoryReleasesTheCacheRetriesAndOnlyThenHints) {
+  FakeDevice dev;
+  ag::CachingAllocator alloc(dev);
+  void* cached = alloc.allocate(4096);
+  alloc.deallocate(cached, 4096);
+  dev.next_status = FakeDevice::Status::kOutOfMemory;
+  dev.fail_times = 1;  // fails once, succeeds after the cache is released
+  void* p = alloc.allocate(1 << 20);
+  EXPECT_NE(p, nullptr);
+  EXPECT_EQ(dev.releases[cached], 1) << "the cached block was given back before the retry";
+  EXPECT_EQ(dev.waits, 1) << "after waiting for queued work";
+  dev.next_status = FakeDevice::Status::kOutOfMemory;
+  dev.fail_times = 0;
+  const std::string oom = error_of([&] { (void)alloc.allocate(1 << 20); });
+  for (const char* part : {"fake device memory", "out of memory", "fakeMalloc: out of memory", "in use 1048576 bytes",
+                           "hint: lower the batch size"}) {
+    EXPECT_NE(oom.find(part), std::string::npos) << part << " in: " << oom;
+  }
+  dev.next_status = FakeDevice::Status::kFailed;
+  const std::string failed = error_of([&] { (void)alloc.allocate(1 << 20); });
+  EXPECT_NE(failed.find("fakeMalloc: device lost"), std::string::npos) << failed;
+  EXPECT_EQ(failed.find("out of memory"), std::string::npos) << "not an out-of-memory: " << failed;
+  EXPECT_EQ(failed.find("batch size"), std::string::npos) << "no memory hint: " << failed;
+}
+
+TEST(CachingAllocator, AReleaseThatThrowsNeverLeadsToADoubleRelease) {
+  FakeDevice dev;
+  ag::CachingAllocator alloc(dev);
+  std::vector<void*> blocks;
+  for (size_t n : {512, 1024, 1536, 2048}) blocks.push_back(alloc.allocate(n));
+  for (size_t i = 0; i < blocks.size(); ++i) alloc.deallocate(blocks[i], 512 * (i + 1));
+  dev.fail_release_on = 2;
+  EXPECT_NE(error_of([&] { alloc.empty_cache(); }).find("fakeFree failed"), std::string::npos);
+  alloc.empty_cache();  // releases what is left, and never the block whose release threw
+  for (void* b : blocks) EXPECT_EQ(dev.releases[b], 1) << b;
+  EXPECT_EQ(alloc.stats().reserved_bytes, 0);
+  alloc.empty_cache();
+  EXPECT_EQ(dev.waits, 2) << "nothing cached: no wait";
 }
 
 }  // namespace

@@ -1,31 +1,33 @@
 // The CUDA backend against the CPU: every row of the shared op-case table forward and backward in
-// float32, float16 and bfloat16, the caching allocator, device transfers, device-mismatch errors, and
-// GradScaler + optimizers.
-// Without a GPU (or driver) every case except the availability check skips with the reason.
+// float32, float16, bfloat16 and float64, the caching allocator, device transfers, pinned memory and
+// host-sync counts, device-mismatch errors, and GradScaler + optimizers. (Kernels at scale are in
+// cuda_kernels_test.cc.) Without a GPU every case that needs one skips with the reason, or fails
+// under AMPGRAD_REQUIRE_CUDA=1; the cuBLAS loader and the switches are checked everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <tuple>
 #include <string>
 #include <vector>
 
 #include "ampgrad.h"
+#include "cuda_test_util.h"
 #include "op_cases.h"
 #include "test_util.h"
+
+#if defined(AMPGRAD_WITH_CUDA)
+#include "framework/cuda_check.h"
+#include "ops/cublas.h"
+#endif
 
 namespace ag = ampgrad;
 namespace agt = ampgrad::test;
 
 namespace {
-
-#define SKIP_WITHOUT_CUDA()                                                                     \
-  do {                                                                                          \
-    if (!ag::cuda_is_available())                                                               \
-      GTEST_SKIP() << "no CUDA device: cuda_is_available() is false (no GPU, no driver, or a "  \
-                      "CPU-only build); run tools/gpu_check.sh on a GPU machine";               \
-  } while (false)
 
 std::vector<float> random_values(int64_t n, uint64_t seed, float lo = -2.0f, float hi = 2.0f) {
   const std::vector<double> v = agt::random_values(static_cast<size_t>(n), lo, hi, seed);
@@ -63,20 +65,52 @@ TEST_P(CudaOpTest, MatchesReferenceAndCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaOpTest,
                          ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
-                                            ::testing::Values(ag::DType::kFloat32, ag::DType::kFloat16,
-                                                              ag::DType::kBFloat16)),
+                                            ::testing::ValuesIn(ag::kFloatingDTypes)),
                          [](const auto& info) {
                            return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
                          });
 
 TEST(CudaTest, AvailabilityQueryNeverCrashes) {
-  // Runs everywhere: with no driver (error 35) or no device this is false, quietly.
+  // Runs everywhere: with no driver (error 35) or no device this is false, quietly, with a reason.
   const bool available = ag::cuda_is_available();
   EXPECT_EQ(available, ag::cuda_is_available());
+  EXPECT_EQ(ag::cuda::unavailable_reason().empty(), available) << ag::cuda::unavailable_reason();
   if (!available) {
     EXPECT_THROW(ag::ones({2}).to(ag::Device::kCUDA), ag::Error);
+    EXPECT_ERROR([] { (void)ag::ones({2}).pin_memory(); }, "pin_memory");
   }
 }
+
+// The line tests/cuda_packaging_test.sh reads; under AMPGRAD_REQUIRE_CUDA=1 a missing GPU fails.
+TEST(CudaTest, RequiredGpuIsPresent) {
+  std::cout << "cuda_is_available: " << ag::cuda_is_available() << " (" << ag::cuda::unavailable_reason() << ")\n";
+  SKIP_WITHOUT_CUDA();
+  EXPECT_GT(ag::device_count(ag::Device::kCUDA), 0);
+}
+
+#if defined(AMPGRAD_WITH_CUDA)
+// cuBLAS is loaded at run time: from the toolkit this was built with (or LD_LIBRARY_PATH) every
+// entry point resolves, without a GPU; a library that is not there is a clear error.
+TEST(CudaTest, CublasLoaderResolvesEveryEntryPoint) {
+  const ag::kernels::cuda::CublasApi& api = ag::kernels::cuda::cublas();
+  EXPECT_NE(api.create, nullptr);
+  EXPECT_NE(api.gemm_ex, nullptr);
+  EXPECT_NE(api.gemm_strided_batched_ex, nullptr);
+  EXPECT_STREQ(api.status_name(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
+  EXPECT_NE(api.path.find("libcublas.so."), std::string::npos) << api.path;
+  EXPECT_ERROR([] { (void)ag::kernels::cuda::load_cublas({"/nonexistent/libcublas.so.13", "libnotcublas.so.0"}); },
+               "cuBLAS could not be loaded", "/nonexistent/libcublas.so.13", "libnotcublas.so.0", "LD_LIBRARY_PATH");
+}
+
+TEST(CudaTest, SyncSwitchAcceptsOnlyZeroOrOne) {
+  using ag::cuda::detail::parse_sync_flag;
+  EXPECT_FALSE(parse_sync_flag(nullptr));
+  EXPECT_FALSE(parse_sync_flag(""));
+  EXPECT_FALSE(parse_sync_flag("0"));
+  EXPECT_TRUE(parse_sync_flag("1"));
+  EXPECT_ERROR([] { (void)parse_sync_flag("yes"); }, "AMPGRAD_CUDA_SYNC must be 0 or 1", "'yes'");
+}
+#endif
 
 // cuda::set_allow_tf32 (PyTorch's allow_tf32): off, a float32 GEMM matches the float64 reference to
 // float32 precision; on, its inputs are rounded to TF32's 10 mantissa bits, so it misses that
@@ -169,6 +203,52 @@ TEST(CudaTest, BFloat16ConversionsMatchTheCpuBitForBit) {
   expect_same(bf16, ag::DType::kFloat32, "bfloat16 -> float32");
   expect_same(bf16, ag::DType::kFloat16, "bfloat16 -> float16");
   expect_same(bf16, ag::DType::kInt64, "bfloat16 -> int64");
+
+// Every copy that makes the host wait is counted: device-to-host reads, and host-to-device copies
+// (cudaMemcpy from pageable memory first waits for all queued work), but not a non-blocking copy
+// from pinned memory, which is queued and returns.
+TEST(CudaTest, HostSyncsAreCountedAndPinnedCopiesDoNotWait) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<float> values = random_values(1 << 20, 5);
+  const ag::Tensor pageable = ag::Tensor::from_vector(values, {1 << 20});
+  int64_t before = ag::cuda_host_sync_count();
+  ag::Tensor a = pageable.to(ag::Device::kCUDA);
+  EXPECT_EQ(ag::cuda_host_sync_count() - before, 1) << "pageable host-to-device copy";
+  before = ag::cuda_host_sync_count();
+  (void)pageable.to(ag::Device::kCUDA, ag::NonBlocking::kYes);  // pageable: waits anyway
+  EXPECT_EQ(ag::cuda_host_sync_count() - before, 1) << "non-blocking copy from pageable memory";
+
+  const ag::Tensor pinned = pageable.pin_memory();
+  EXPECT_TRUE(pinned.is_pinned());
+  EXPECT_FALSE(pageable.is_pinned());
+  EXPECT_TRUE(pinned.pin_memory().is_same(pinned));
+  EXPECT_EQ(pinned.to_vector(), values);
+  before = ag::cuda_host_sync_count();
+  ag::Tensor b = pinned.to(ag::Device::kCUDA, ag::NonBlocking::kYes);
+  ag::Tensor c = pinned.to(ag::DType::kFloat16).to(ag::Device::kCUDA);  // a CPU cast, then a waiting copy
+  EXPECT_EQ(ag::cuda_host_sync_count() - before, 1) << "only the blocking copy waits";
+  before = ag::cuda_host_sync_count();
+  EXPECT_EQ(b.to_vector(), values);  // the read waits (and is ordered after the copy)
+  EXPECT_EQ(ag::cuda_host_sync_count() - before, 1) << "device-to-host read";
+  EXPECT_EQ(a.to_vector(), values);
+  EXPECT_ERROR([&] { (void)b.pin_memory(); }, "pin_memory", "not on the CPU");
+}
+
+// A pinned block freed while its asynchronous copy may still be queued is not handed out again
+// before the copy is done: each device tensor keeps the batch it was copied from.
+TEST(CudaTest, PinnedBatchesCopiedAsynchronouslyKeepTheirValues) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int kBatches = 16;
+  constexpr int64_t kN = 1 << 22;  // 16 MiB per batch: copies long enough to overlap the next fill
+  std::vector<ag::Tensor> on_device;
+  for (int i = 0; i < kBatches; ++i) {
+    ag::Tensor host = ag::full({kN}, static_cast<double>(i)).pin_memory();
+    on_device.push_back(host.to(ag::Device::kCUDA, ag::NonBlocking::kYes));
+  }  // each pinned batch is freed right after its copy is queued
+  for (int i = 0; i < kBatches; ++i) {
+    const std::vector<float> v = on_device[static_cast<size_t>(i)].to_vector();
+    ASSERT_EQ(std::count(v.begin(), v.end(), static_cast<float>(i)), kN) << "batch " << i;
+  }
 }
 
 TEST(CudaTest, DeviceMismatchIsAClearError) {
@@ -240,6 +320,31 @@ TEST(CudaTest, GradScalerWithOptimizersMatchesCpu) {
         }
       }
     }
+  }
+}
+
+// The AMP step's one host sync: GradScaler::step reading the found-inf flag (it returns a bool).
+TEST(CudaTest, AmpTrainingStepWaitsForTheGpuOnce) {
+  SKIP_WITHOUT_CUDA();
+  ag::manual_seed(24);
+  ag::nn::Sequential model{ag::nn::Linear(64, 128), ag::nn::ReLU(), ag::nn::Linear(128, 8)};
+  model.to(ag::Device::kCUDA);
+  const ag::Tensor x = ag::randn({32, 64}, ag::DType::kFloat32, ag::Device::kCUDA);
+  const ag::Tensor y = ag::randn({32, 8}, ag::DType::kFloat32, ag::Device::kCUDA);
+  ag::optim::AdamW opt(model.parameters(), {.lr = 1e-3});
+  ag::amp::GradScaler scaler({.init_scale = 1024});
+  for (int step = 0; step < 3; ++step) {
+    const int64_t before = ag::cuda_host_sync_count();
+    opt.zero_grad();
+    ag::Tensor loss;
+    {
+      ag::amp::AutocastGuard autocast(ag::Device::kCUDA, ag::DType::kFloat16);
+      loss = ag::ops::mse_loss(model(x), y);
+    }
+    scaler.scale(loss).backward();
+    EXPECT_TRUE(scaler.step(opt));
+    scaler.update();
+    EXPECT_EQ(ag::cuda_host_sync_count() - before, 1) << "step " << step;
   }
 }
 

@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <vector>
 
 #include "framework/autograd.h"
 #include "framework/parallel.h"
 #include "framework/tensor.h"
 #include "ops/ops.h"
+#include "ops/reduce_kernels.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -70,6 +72,41 @@ TEST(ReductionAccuracy, RandomDataMatchesFloat64AndIgnoresThreads) {
   EXPECT_LE(relative_error(results[0][0], expected), 1e-6);
   EXPECT_EQ(results[1], results[0]);  // bit for bit, whatever the thread count
   EXPECT_EQ(results[2], results[0]);
+}
+
+// The sum of squares over many tensors (clip_grad_norm_'s squared norm): multiples of 1/8 square
+// and add exactly in double, so the result is exact; the bits do not depend on the thread count.
+TEST(ReductionAccuracy, SumOfSquaresOverManyTensorsIsExactAndThreadCountFree) {
+  std::vector<Tensor> xs;
+  double expected = 0.0;
+  const DType dtypes[] = {DType::kFloat16, DType::kFloat32, DType::kFloat64};
+  const int64_t sizes[] = {0, 1, 7, 65536, 65537, 300'001};
+  for (size_t k = 0; k < std::size(sizes); ++k) {
+    std::vector<double> v = ag::test::random_values(static_cast<size_t>(sizes[k]), -4.0, 4.0, 50 + k);
+    for (double& x : v) {
+      x = std::round(x * 8.0) / 8.0;
+      expected += x * x;
+    }
+    xs.push_back(Tensor::from_vector(v, {sizes[k]}, dtypes[k % 3]));
+  }
+  Tensor out = Tensor::empty({}, DType::kFloat64);
+  ag::kernels::sum_of_squares(xs, out);
+  EXPECT_EQ(out.item<double>(), expected);
+  const int threads = ag::num_threads();
+  ag::set_num_threads(1);
+  Tensor serial = Tensor::empty({}, DType::kFloat64);
+  ag::kernels::sum_of_squares({ag::full({1'000'003}, 0.1), ag::full({77}, 0.3, DType::kFloat16)}, serial);
+  ag::set_num_threads(threads);
+  ag::kernels::sum_of_squares({ag::full({1'000'003}, 0.1), ag::full({77}, 0.3, DType::kFloat16)}, out);
+  EXPECT_EQ(out.item<double>(), serial.item<double>());
+  ag::kernels::sum_of_squares({}, out);
+  EXPECT_EQ(out.item<double>(), 0.0);
+  EXPECT_ERROR([&] {
+    Tensor f32 = Tensor::empty({});
+    ag::kernels::sum_of_squares(xs, f32);
+  }, "sum_of_squares", "one float64 element");
+  EXPECT_ERROR([&] { ag::kernels::sum_of_squares({Tensor::from_vector(std::vector<int64_t>{1}, {1})}, out); },
+               "sum_of_squares", "int64", "hint");
 }
 
 }  // namespace

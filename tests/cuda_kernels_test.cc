@@ -1,0 +1,230 @@
+// CUDA kernels at the sizes and shapes that exercise their edges, against the CPU: vector tails,
+// grid-stride loops past the grid cap, k == 0 GEMMs, reductions over many chunks, the one-launch
+// multi-tensor unscale and sum of squares, and every optimizer variant. Skips without a GPU (fails
+// under AMPGRAD_REQUIRE_CUDA=1).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "amp/unscale.h"
+#include "ampgrad.h"
+#include "cuda_test_util.h"
+#include "ops/reduce_kernels.h"
+#include "test_util.h"
+
+namespace ag = ampgrad;
+namespace agt = ampgrad::test;
+using ag::Device;
+using ag::DType;
+using ag::Tensor;
+
+namespace {
+
+Tensor random_tensor(const ag::Shape& shape, DType dtype, uint64_t seed, Device device = Device::kCPU) {
+  return Tensor::from_vector(agt::random_values(static_cast<size_t>(ag::shape_numel(shape)), -2.0, 2.0, seed), shape,
+                             dtype, device);
+}
+
+// Element-wise kernels round one float (double for float64) result per element, as the CPU does:
+// equal bits, whatever the size (the 16-byte vector path plus a scalar tail) or broadcast.
+TEST(CudaKernels, ElementwiseTailsAndBroadcastsMatchCpuBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : ag::kFloatingDTypes) {
+    for (int64_t n : {1, 2, 3, 5, 7, 9, 15, 17, 1023, 4097, 65537}) {
+      SCOPED_TRACE(std::string(ag::dtype_name(dtype)) + " n = " + std::to_string(n));
+      const Tensor a = random_tensor({n}, dtype, 1), b = random_tensor({n}, dtype, 2);
+      const Tensor ga = a.to(Device::kCUDA), gb = b.to(Device::kCUDA);
+      EXPECT_EQ((ga + gb).to_double_vector(), (a + b).to_double_vector());
+      EXPECT_EQ((ga - gb).to_double_vector(), (a - b).to_double_vector());
+      EXPECT_EQ((ga * gb).to_double_vector(), (a * b).to_double_vector());
+      EXPECT_EQ((ga * 0.3f).to_double_vector(), (a * 0.3f).to_double_vector());
+      EXPECT_EQ(ag::ops::relu(ga).to_double_vector(), ag::ops::relu(a).to_double_vector());
+      const Tensor row = random_tensor({1, n}, dtype, 3), col = random_tensor({5, 1}, dtype, 4);
+      EXPECT_EQ((row.to(Device::kCUDA) * col.to(Device::kCUDA)).to_double_vector(), (row * col).to_double_vector());
+    }
+  }
+}
+
+// Past blocks_for's cap (65536 blocks of 256 threads) each thread loops: every element is written.
+TEST(CudaKernels, GridStrideLoopsReachEveryElement) {
+  SKIP_WITHOUT_CUDA();
+  const int64_t vec_n = int64_t{65536} * 256 * 4 + 4 * 1000 + 3;  // the 16-byte path: 4 floats per thread
+  const Tensor sum = ag::full({vec_n}, 1.0, DType::kFloat32, Device::kCUDA) +
+                     ag::full({vec_n}, 2.0, DType::kFloat32, Device::kCUDA);
+  std::vector<float> v = sum.to_vector();
+  EXPECT_EQ(std::count(v.begin(), v.end(), 3.0f), vec_n);
+  const int64_t n = int64_t{65536} * 256 + 1001;  // the scalar and broadcast paths
+  const Tensor x = ag::full({n}, -1.5, DType::kFloat32, Device::kCUDA);
+  v = (x + ag::full({1}, 4.0, DType::kFloat32, Device::kCUDA)).to_vector();
+  EXPECT_EQ(std::count(v.begin(), v.end(), 2.5f), n);
+  v = (x * 2.0f).to_vector();
+  EXPECT_EQ(std::count(v.begin(), v.end(), -3.0f), n);
+  v = ag::ops::relu(-x).to_vector();
+  EXPECT_EQ(std::count(v.begin(), v.end(), 1.5f), n);
+  v = x.to(DType::kFloat16).to_vector();
+  EXPECT_EQ(std::count(v.begin(), v.end(), -1.5f), n);
+}
+
+// Sums over many chunks and past reduce_to_one's 1024-block cap, against the CPU: both add in
+// double and round once, so they agree to float rounding.
+TEST(CudaKernels, ReductionsOverManyChunksMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<std::pair<ag::Shape, std::vector<int64_t>>> cases = {
+      {{10'000'003}, {}},         // everything to one value
+      {{40'000, 300}, {0}},       // columns (bias gradients): 10 chunks per output
+      {{1'000'000, 20}, {0}},     // 245 chunks per output
+      {{300, 40'000}, {1}},       // rows
+      {{64, 3000, 33}, {0, 2}},   // a kept middle dimension
+  };
+  for (const auto& [shape, dims] : cases) {
+    SCOPED_TRACE(ag::shape_to_string(shape));
+    const Tensor x = random_tensor(shape, DType::kFloat32, 5);
+    const Tensor cpu = ag::ops::sum(x, dims), gpu = ag::ops::sum(x.to(Device::kCUDA), dims);
+    EXPECT_CLOSE(gpu.to_double_vector(), cpu.to_double_vector(), DType::kFloat32);
+  }
+  const Tensor p = random_tensor({3'000'001}, DType::kFloat16, 6), y = random_tensor({3'000'001}, DType::kFloat16, 7);
+  const Tensor cpu = ag::ops::mse_loss(p, y), gpu = ag::ops::mse_loss(p.to(Device::kCUDA), y.to(Device::kCUDA));
+  EXPECT_CLOSE(gpu.to_double_vector(), cpu.to_double_vector(), DType::kFloat16);
+}
+
+// An empty inner dimension: the product is zero (or the bias), never cuBLAS's k = 0 call, and never
+// whatever the reused block held before (NaN here).
+TEST(CudaKernels, GemmsWithKZeroGiveZeroOrTheBias) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : ag::kFloatingDTypes) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    (void)ag::full({512 / static_cast<int64_t>(ag::element_size(dtype))}, NAN, dtype, Device::kCUDA);  // a dirty block
+    const agt::TensorFn mm = [](const std::vector<Tensor>& in) { return ag::ops::matmul(in[0], in[1]); };
+    const agt::TensorFn lin = [](const std::vector<Tensor>& in) { return ag::ops::linear(in[0], in[1], in[2]); };
+    const std::vector<std::pair<agt::TensorFn, std::vector<Tensor>>> cases = {
+        {mm, {random_tensor({5, 0}, DType::kFloat64, 1), random_tensor({0, 7}, DType::kFloat64, 2)}},
+        {mm, {random_tensor({2, 5, 0}, DType::kFloat64, 1), random_tensor({2, 0, 7}, DType::kFloat64, 2)}},
+        {lin, {random_tensor({4, 0}, DType::kFloat64, 1), random_tensor({3, 0}, DType::kFloat64, 2),
+               random_tensor({3}, DType::kFloat64, 3)}},
+    };
+    for (const auto& [fn, inputs] : cases) {
+      const agt::Evaluated cpu = agt::evaluate(fn, inputs, dtype, Device::kCPU);
+      const agt::Evaluated gpu = agt::evaluate(fn, inputs, dtype, Device::kCUDA);
+      EXPECT_EQ(gpu.out, cpu.out);
+      EXPECT_EQ(gpu.grads, cpu.grads);
+      for (double v : gpu.out) EXPECT_FALSE(std::isnan(v));
+    }
+  }
+}
+
+// Gradients of mixed dtypes and sizes, more than 96 chunks of 16384 (what one launch covered
+// before) and more than 1024 (the grid cap: blocks loop over chunks), against the CPU bit for bit.
+TEST(CudaKernels, MultiTensorUnscaleMatchesCpuAtAnySize) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<int64_t> sizes = {1, 3, 16384, 16385, 100'000, 333'333, 1'000'000, 7};
+  for (int i = 0; i < 30; ++i) sizes.push_back(4096 * (i + 1) + i);
+  sizes.push_back(int64_t{1024} * 16384 + 5);
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
+  std::vector<Tensor> cpu_grads, gpu_grads, cpu_outs, gpu_outs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    cpu_grads.push_back(random_tensor({sizes[k]}, dtypes[k % 3], 100 + k));
+    gpu_grads.push_back(cpu_grads.back().to(Device::kCUDA));
+    cpu_outs.push_back(Tensor::empty({sizes[k]}));
+    gpu_outs.push_back(Tensor::empty({sizes[k]}, DType::kFloat32, Device::kCUDA));
+  }
+  const double inv_scale = 1.0 / 3.0;  // not a power of two: every product rounds
+  EXPECT_FALSE(ag::amp::unscale_and_check_all(cpu_grads, inv_scale, cpu_outs));
+  EXPECT_FALSE(ag::amp::unscale_and_check_all(gpu_grads, inv_scale, gpu_outs));
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    ASSERT_EQ(agt::bytes_of(gpu_outs[k]), agt::bytes_of(cpu_outs[k])) << "gradient " << k << " of " << sizes[k];
+  }
+  // One non-finite value anywhere is found: the last element of the last (grid-looped) tensor, or
+  // a NaN in a float16 gradient.
+  std::vector<float> values = gpu_grads.back().to_vector();
+  values.back() = std::numeric_limits<float>::infinity();
+  gpu_grads.back() = Tensor::from_vector(values, {sizes.back()}, gpu_grads.back().dtype(), Device::kCUDA);
+  EXPECT_TRUE(ag::amp::unscale_and_check_all(gpu_grads, inv_scale, gpu_outs));
+  gpu_grads.back() = cpu_grads.back().to(Device::kCUDA);
+  gpu_grads[1] = Tensor::from_vector(std::vector<float>{0.5f, NAN, 1.0f}, {3}, DType::kFloat16, Device::kCUDA);
+  EXPECT_TRUE(ag::amp::unscale_and_check_all(gpu_grads, inv_scale, gpu_outs));
+}
+
+// The squared norm clip_grad_norm_ needs, over many tensors in one launch, against the CPU (both in
+// double, in different orders) and run to run (fixed order: equal bits).
+TEST(CudaKernels, SumOfSquaresOverManyTensorsMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<Tensor> cpu, gpu;
+  const DType dtypes[] = {DType::kFloat16, DType::kFloat32, DType::kFloat64};
+  const int64_t sizes[] = {0, 1, 5, 16384, 16385, 250'000, int64_t{1100} * 16384, 3};
+  for (size_t k = 0; k < std::size(sizes); ++k) {
+    cpu.push_back(random_tensor({sizes[k]}, dtypes[k % 3], 200 + k));
+    gpu.push_back(cpu.back().to(Device::kCUDA));
+  }
+  Tensor cpu_out = Tensor::empty({}, DType::kFloat64), gpu_out = Tensor::empty({}, DType::kFloat64, Device::kCUDA);
+  ag::kernels::sum_of_squares(cpu, cpu_out);
+  ag::kernels::sum_of_squares(gpu, gpu_out);
+  const double expected = cpu_out.item<double>(), got = gpu_out.item<double>();
+  EXPECT_NEAR(got, expected, 1e-12 * expected);
+  ag::kernels::sum_of_squares(gpu, gpu_out);
+  EXPECT_EQ(gpu_out.item<double>(), got);
+  ag::kernels::sum_of_squares({}, gpu_out);
+  EXPECT_EQ(gpu_out.item<double>(), 0.0);
+}
+
+// Each optimizer variant's fused CUDA update against the CPU's over a few steps with the same
+// gradients, for float32 parameters and float16 ones with FP32 masters.
+TEST(CudaKernels, EveryOptimizerVariantMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  using Make = std::function<std::unique_ptr<ag::optim::Optimizer>(std::vector<Tensor>)>;
+  const std::vector<std::pair<std::string, Make>> variants = {
+      {"SGD momentum dampening weight decay",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<ag::optim::SGD>(p, ag::optim::SGDOptions{
+             .lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01});
+       }},
+      {"SGD Nesterov",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<ag::optim::SGD>(p, ag::optim::SGDOptions{
+             .lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+       }},
+      {"SGD plain weight decay",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<ag::optim::SGD>(p, ag::optim::SGDOptions{.lr = 0.1, .weight_decay = 0.05});
+       }},
+      {"Adam L2 weight decay",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<ag::optim::Adam>(p, ag::optim::AdamOptions{.lr = 1e-2, .weight_decay = 0.01});
+       }},
+      {"AdamW", [](std::vector<Tensor> p) {
+         return std::make_unique<ag::optim::AdamW>(p, ag::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
+       }},
+  };
+  for (const auto& [name, make] : variants) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+      SCOPED_TRACE(name + " " + std::string(ag::dtype_name(dtype)));
+      const int64_t n = 5003;  // a tail after any vector width
+      Tensor p_cpu = random_tensor({n}, dtype, 300), p_gpu = p_cpu.to(Device::kCUDA);
+      p_cpu.set_requires_grad(true);
+      p_gpu.set_requires_grad(true);
+      auto opt_cpu = make({p_cpu});
+      auto opt_gpu = make({p_gpu});
+      for (int step = 0; step < 4; ++step) {
+        const Tensor g = random_tensor({n}, dtype, 400 + step);
+        p_cpu.set_grad(g);
+        p_gpu.set_grad(g.to(Device::kCUDA));
+        opt_cpu->step();
+        opt_gpu->step();
+        // float32 element math in a different order (the GPU fuses multiply-adds): a few float ulps.
+        const Tensor m_cpu = dtype == DType::kFloat32 ? p_cpu : p_cpu.master();
+        const Tensor m_gpu = dtype == DType::kFloat32 ? p_gpu : p_gpu.master();
+        EXPECT_CLOSE(m_gpu.to_double_vector(), m_cpu.to_double_vector(), DType::kFloat32, agt::Tol{.k = 16})
+            << "step " << step;
+        EXPECT_CLOSE(p_gpu.to_double_vector(), p_cpu.to_double_vector(), dtype, agt::Tol{.k = 4}) << "step " << step;
+      }
+    }
+  }
+}
+
+}  // namespace
