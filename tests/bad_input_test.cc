@@ -76,6 +76,8 @@ TEST(BadInput, TensorCreation) {
       {"undefined shape", [] { Tensor().shape(); }, {"undefined"}},
       {"undefined to_vector", [] { Tensor().to_vector(); }, {"undefined"}},
       {"undefined to", [] { Tensor().to(DType::kFloat16); }, {"undefined"}},
+      {"undefined pin_memory", [] { Tensor().pin_memory(); }, {"pin_memory", "undefined"}},
+      {"undefined is_pinned", [] { (void)Tensor().is_pinned(); }, {"is_pinned", "undefined"}},
       {"set_grad shape", [] { Tensor p = t({2, 3}); p.set_grad(t({3, 2})); }, {"set_grad", "[3, 2]", "[2, 3]"}},
       {"set_master dtype",
        [] { Tensor p = t({2}, DType::kFloat16); p.set_master(t({2}, DType::kFloat16)); }, {"set_master", "float16"}},
