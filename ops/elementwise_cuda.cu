@@ -153,7 +153,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y) {
     visit_floating_dtype(y.dtype(), [&](auto t) {
       using T = DeviceType<decltype(t)>;
       unary_kernel<T, F><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), n);
-      AG_CUDA_CHECK_LAUNCH();
+      AG_CUDA_CHECK_LAUNCH("unary_kernel");
     });
   });
 }
@@ -168,7 +168,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
       unary_backward_kernel<T, F><<<blocks_for(n), kThreads>>>(
           static_cast<const T*>(x.data_ptr()), static_cast<const T*>(y.data_ptr()), static_cast<const T*>(dy.data_ptr()),
           static_cast<T*>(dx.data_ptr()), n);
-      AG_CUDA_CHECK_LAUNCH();
+      AG_CUDA_CHECK_LAUNCH("unary_backward_kernel");
     });
   });
 }
@@ -181,7 +181,7 @@ void dropout(const Tensor& x, double p, uint64_t seed, Tensor& y) {
     dropout_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()),
                                                    n, static_cast<float>(p), static_cast<Compute<T>>(1.0 / (1.0 - p)),
                                                    seed);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("dropout_kernel");
   });
 }
 

@@ -57,7 +57,7 @@ void embedding(const Tensor& ids, const Tensor& weight, Tensor& out) {
     embedding_kernel<T><<<blocks_for(n * dim), kThreads>>>(static_cast<const int64_t*>(ids.data_ptr()),
                                                             static_cast<const T*>(weight.data_ptr()), n, vocab, dim,
                                                             static_cast<T*>(out.data_ptr()), bad);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("embedding_kernel");
   });
   // The one wait of this op: an out-of-range id must be an error, not a silent zero row.
   unsigned long long first_bad = 0;
@@ -86,10 +86,10 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) 
     if (n * dim > 0) {
       embedding_backward_kernel<T><<<blocks_for(dim), kThreads>>>(static_cast<const int64_t*>(ids.data_ptr()),
                                                                    static_cast<const T*>(dout.data_ptr()), n, dim, acc);
-      AG_CUDA_CHECK_LAUNCH();
+      AG_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
     }
     round_kernel<T><<<blocks_for(count), kThreads>>>(acc, count, static_cast<T*>(dweight.data_ptr()));
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("round_kernel");
     alloc.deallocate(acc, nbytes);  // stream-ordered: a later user of the block runs after us
   });
   dweight.bump_version();

@@ -107,7 +107,7 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, T
     layer_norm_kernel<T><<<static_cast<unsigned>(rows), kThreads>>>(
         static_cast<const T*>(x.data_ptr()), maybe<T>(w), maybe<T>(b), eps, cols, static_cast<T*>(y.data_ptr()),
         static_cast<S*>(mean.data_ptr()), static_cast<S*>(rstd.data_ptr()));
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("layer_norm_kernel");
   });
 }
 
@@ -124,7 +124,7 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
         static_cast<const S*>(rstd.data_ptr()), static_cast<const T*>(dy.data_ptr()), cols,
         dx.defined() ? static_cast<T*>(dx.data_ptr()) : nullptr,
         dy_xhat.defined() ? static_cast<T*>(dy_xhat.data_ptr()) : nullptr);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("layer_norm_backward_kernel");
   });
 }
 

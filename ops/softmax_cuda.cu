@@ -190,7 +190,7 @@ void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tens
     softmax_kernel<T><<<grid_of(rows, "softmax"), kThreads>>>(
         static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), v.size, v.inner,
         kind == SoftmaxKind::kLogSoftmax, causal == Causal::kYes, tq);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("softmax_kernel");
   });
 }
 
@@ -203,7 +203,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKin
     softmax_backward_kernel<T><<<grid_of(rows, "softmax backward"), kThreads>>>(
         static_cast<const T*>(y.data_ptr()), static_cast<const T*>(dy.data_ptr()), static_cast<T*>(dx.data_ptr()), v.size,
         v.inner, kind == SoftmaxKind::kLogSoftmax);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
   });
 }
 
@@ -220,7 +220,7 @@ void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropy
         static_cast<const T*>(input.data_ptr()), static_cast<const int64_t*>(target.data_ptr()), classes,
         args.scores == ClassScores::kLogits, args.ignore_index, args.label_smoothing,
         static_cast<T*>(losses.data_ptr()), static_cast<T*>(valid.data_ptr()), bad);
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
   });
   // The one wait of this op: an out-of-range target must be an error, not a silent wrong loss.
   unsigned long long first_bad = 0;
@@ -246,7 +246,7 @@ void cross_entropy_backward(const Tensor& input, const Tensor& target, const Cro
         static_cast<const T*>(input.data_ptr()), static_cast<const int64_t*>(target.data_ptr()), classes,
         args.scores == ClassScores::kLogits, args.ignore_index, static_cast<C>(args.label_smoothing),
         static_cast<const T*>(dlosses.data_ptr()), static_cast<T*>(dinput.data_ptr()));
-    AG_CUDA_CHECK_LAUNCH();
+    AG_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
   });
 }
 
