@@ -1,28 +1,39 @@
-// clip_grad_norm_: norms accumulated in double, one scale kernel per gradient.
+// clip_grad_norm_: on CUDA with p = 2 the norm and the scaling stay on the device (two launches, no
+// per-tensor reads); otherwise norms are accumulated in double on the host, one scale kernel per
+// gradient.
 #include "nn/utils.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <unordered_set>
 
 #include "framework/error.h"
 #include "ops/elementwise_kernels.h"
+#include "ops/reduce_kernels.h"
 
 namespace ampgrad::nn::utils {
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, ClipGradNormOptions options) {
-  AG_CHECK(max_norm >= 0 && std::isfinite(max_norm), "clip_grad_norm_: max_norm must be finite and >= 0, got ",
-           max_norm);
-  const double p = options.norm_type;
-  AG_CHECK(p > 0, "clip_grad_norm_: norm_type must be > 0 (or infinity), got ", p);
-  std::vector<Tensor> grads;
-  std::unordered_set<const TensorImpl*> seen;  // a tied parameter's gradient counts once
-  for (const Tensor& param : params) {
-    Tensor g = param.step_grad();
-    if (g.defined() && seen.insert(g.impl()).second) grads.push_back(g);
-  }
-  // In double, |g|^p of any float32 value stays finite for p up to 8 (PyTorch sums in float).
+namespace {
+
+// The norm on `device`: as a tensor when it was computed there, as a double when the host has it
+// (at least one of the two), so neither caller pays a wait or a copy it does not need.
+struct ClipResult {
+  Tensor norm;
+  std::optional<double> host_norm;
+  Device device = Device::kCPU;
+};
+
+void check_nonfinite(double norm, double p, const ClipGradNormOptions& options) {
+  AG_CHECK(std::isfinite(norm) || !options.error_if_nonfinite, "clip_grad_norm_: the total norm of order ", p,
+           " of the gradients is non-finite (", norm, "), so it cannot be clipped; hint: look for inf/NaN in the "
+           "loss or the inputs, or set error_if_nonfinite = false to get the norm back and leave the gradients");
+}
+
+// Every gradient read back to the host, |g|^p summed in double; in double, |g|^p of any float32
+// value stays finite for p up to 8 (PyTorch sums in float).
+double host_clip(std::vector<Tensor>& grads, double max_norm, double p, const ClipGradNormOptions& options) {
   double total = 0.0;
   for (const Tensor& g : grads) {
     for (double v : g.to_double_vector()) {
@@ -35,12 +46,8 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, ClipG
     }
   }
   const double norm = std::isinf(p) ? total : p == 2.0 ? std::sqrt(total) : p == 1.0 ? total : std::pow(total, 1.0 / p);
-  if (!std::isfinite(norm)) {
-    AG_CHECK(!options.error_if_nonfinite, "clip_grad_norm_: the total norm of order ", p,
-             " of the gradients is non-finite (", norm, "), so it cannot be clipped; hint: look for inf/NaN in the "
-             "loss or the inputs, or set error_if_nonfinite = false to get the norm back and leave the gradients");
-    return norm;
-  }
+  check_nonfinite(norm, p, options);
+  if (!std::isfinite(norm)) return norm;
   const double coeff = max_norm / (norm + 1e-6);  // PyTorch's epsilon
   if (coeff < 1.0) {
     for (Tensor& g : grads) {
@@ -49,6 +56,52 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, ClipG
     }
   }
   return norm;
+}
+
+ClipResult clip(const std::vector<Tensor>& params, double max_norm, const ClipGradNormOptions& options) {
+  AG_CHECK(max_norm >= 0 && std::isfinite(max_norm), "clip_grad_norm_: max_norm must be finite and >= 0, got ",
+           max_norm);
+  const double p = options.norm_type;
+  AG_CHECK(p > 0, "clip_grad_norm_: norm_type must be > 0 (or infinity), got ", p);
+  std::vector<Tensor> grads;
+  std::unordered_set<const TensorImpl*> seen;  // a tied parameter's gradient counts once
+  for (const Tensor& param : params) {
+    Tensor g = param.step_grad();
+    if (g.defined() && seen.insert(g.impl()).second) grads.push_back(g);
+  }
+  const bool one_device = !grads.empty() && std::all_of(grads.begin(), grads.end(), [&](const Tensor& g) {
+    return g.device() == grads.front().device();
+  });
+  const Device device = one_device ? grads.front().device() : Device::kCPU;
+  // PyTorch's foreach design: one launch squares every gradient into one device scalar, a second
+  // scales them by a coefficient it computes itself, and the host reads nothing back. The CPU keeps
+  // the host loop (its results are the same as ever; there is no wait to save there).
+  if (device == Device::kCUDA && p == 2.0) {
+    Tensor sum_sq = Tensor::empty({}, DType::kFloat64, device);
+    kernels::sum_of_squares(grads, sum_sq);
+    std::optional<double> host_norm;
+    if (options.error_if_nonfinite) {
+      host_norm = std::sqrt(sum_sq.item<double>());  // the one wait: throw before anything is scaled
+      check_nonfinite(*host_norm, p, options);
+    }
+    Tensor norm = Tensor::empty({}, DType::kFloat64, device);
+    kernels::clip_by_norm_(grads, sum_sq, max_norm, norm);
+    return {norm, host_norm, device};
+  }
+  return {Tensor(), host_clip(grads, max_norm, p, options), device};
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, ClipGradNormOptions options) {
+  const ClipResult r = clip(params, max_norm, options);
+  return r.host_norm ? *r.host_norm : r.norm.item<double>();
+}
+
+Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& params, double max_norm, ClipGradNormOptions options) {
+  const ClipResult r = clip(params, max_norm, options);
+  if (r.norm.defined()) return r.norm;
+  return Tensor::from_vector(std::vector<double>{*r.host_norm}, {}, DType::kFloat64, r.device);
 }
 
 }  // namespace ampgrad::nn::utils

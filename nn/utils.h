@@ -1,4 +1,4 @@
-// Gradient utilities: clip_grad_norm_.
+// Gradient utilities: clip_grad_norm_ (the norm as a double or as a tensor on the gradients' device).
 #pragma once
 
 #include <vector>
@@ -19,6 +19,15 @@ struct ClipGradNormOptions {
 /// master, that FP32 gradient is measured and clipped (Tensor::step_grad). A non-finite norm
 /// throws with error_if_nonfinite; otherwise it is returned and, unlike PyTorch (which multiplies
 /// every gradient by 0 or NaN), nothing is scaled.
+/// On CUDA with p = 2 the norm is computed on the device (kernels::sum_of_squares, one launch for
+/// every gradient) and the gradients are scaled there (kernels::clip_by_norm_): the host waits
+/// once, to read the norm back. Other p read every gradient back to the host.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, ClipGradNormOptions options = {});
+
+/// clip_grad_norm_ that hands the norm back as a float64 scalar tensor (PyTorch's return value)
+/// instead of a double: on the gradients' device when they share one, else on the CPU. With CUDA
+/// gradients, p = 2 and error_if_nonfinite = false the host never waits for the GPU (the clip
+/// coefficient is worked out and applied on the device); error_if_nonfinite costs one wait.
+Tensor clip_grad_norm_tensor_(const std::vector<Tensor>& params, double max_norm, ClipGradNormOptions options = {});
 
 }  // namespace ampgrad::nn::utils

@@ -2,11 +2,13 @@
 // with the number of terms and their bits do not depend on the thread count; max and argmax scan
 // along one dimension.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "framework/parallel.h"
+#include "ops/elementwise_kernels.h"
 #include "ops/reduce_kernels.h"
 #include "ops/strided.h"
 
@@ -242,6 +244,17 @@ void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
   double total = 0.0;
   for (double p : partials) total += p;  // in piece order
   out.data<double>()[0] = total;
+}
+
+void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm) {
+  const double total_norm = std::sqrt(sum_sq.data<double>()[0]);
+  norm.data<double>()[0] = total_norm;
+  const double coeff = max_norm / (total_norm + 1e-6);  // PyTorch's epsilon
+  if (!std::isfinite(total_norm) || !(coeff < 1.0)) return;
+  for (const Tensor& x : xs) {
+    Tensor y = x;  // a handle to the same storage: affine writes through it
+    affine(x, coeff, 0.0, y);
+  }
 }
 
 }  // namespace ampgrad::kernels::cpu

@@ -3,7 +3,7 @@
 // per (chunk, output) and adds the partials in chunk order: deterministic, and tiled so that
 // neighbouring threads read neighbouring elements whether the innermost dimension is kept (bias
 // gradients) or reduced (row sums). max_along scans one dimension per output element.
-// sum_of_squares walks a chunk table over many tensors in one launch.
+// sum_of_squares and clip_by_norm_ walk a chunk table over many tensors in one launch.
 #include <algorithm>
 
 #include "framework/cuda_check.h"
@@ -164,6 +164,32 @@ __global__ void squares_chunks_kernel(const TensorChunk* chunks, int64_t count, 
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
+template <typename T>
+__device__ void scale_span(T* x, int64_t n, Compute<T> coeff) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = dstore<T>(coeff * dload(x[i]) + Compute<T>(0));
+}
+
+// sum_sq and norm are (1), chunks is (count): norm = sqrt(sum_sq), and when clipping is due every
+// chunk's out (in place) = coeff * out + 0, with affine_kernel's rounding. Every block works the
+// coefficient out from sum_sq (a few flops; it saves a launch); block 0 writes norm, which is a
+// different element from sum_sq, so no block reads what another writes.
+__global__ void clip_chunks_kernel(const TensorChunk* chunks, int64_t count, const double* sum_sq, double max_norm,
+                                   double* norm) {
+  const double total_norm = sqrt(*sum_sq);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *norm = total_norm;
+  const double coeff = max_norm / (total_norm + 1e-6);  // PyTorch's epsilon, in double as on the CPU
+  if (!isfinite(total_norm) || !(coeff < 1.0)) return;
+  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
+    const TensorChunk chunk = chunks[c];
+    switch (chunk.dtype) {
+      case DType::kFloat32: scale_span(static_cast<float*>(chunk.out), chunk.n, static_cast<float>(coeff)); break;
+      case DType::kFloat16: scale_span(static_cast<__half*>(chunk.out), chunk.n, static_cast<float>(coeff)); break;
+      case DType::kFloat64: scale_span(static_cast<double*>(chunk.out), chunk.n, coeff); break;
+      default: break;  // refused on the host
+    }
+  }
+}
+
 struct AlongDim {
   int64_t outer = 1, size = 1, inner = 1;
 };
@@ -233,6 +259,21 @@ void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
   reduce_finish_kernel<double, double><<<1, kThreads>>>(partials, static_cast<int>(blocks), Identity{}, result);
   alloc.deallocate(partials, partial_bytes);
   AG_CUDA_CHECK_LAUNCH("reduce_finish_kernel");
+}
+
+void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm) {
+  std::vector<TensorChunk> chunks;
+  for (const Tensor& x : xs) {
+    void* data = const_cast<void*>(x.data_ptr());  // scaled in place: the caller passed the tensors to write
+    append_chunks(chunks, data, x.dtype(), data, element_size(x.dtype()), x.numel());
+  }
+  const size_t table_bytes = chunks.size() * sizeof(TensorChunk);
+  auto* table = chunks.empty() ? nullptr : static_cast<TensorChunk*>(upload_async(chunks.data(), table_bytes));
+  clip_chunks_kernel<<<chunk_blocks(chunks.size()), kThreads>>>(table, static_cast<int64_t>(chunks.size()),
+                                                               static_cast<const double*>(sum_sq.data_ptr()),
+                                                               max_norm, static_cast<double*>(norm.data_ptr()));
+  if (table != nullptr) caching_allocator().deallocate(table, table_bytes);  // stream-ordered, as above
+  AG_CUDA_CHECK_LAUNCH("clip_chunks_kernel");
 }
 
 void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {

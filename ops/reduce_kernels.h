@@ -54,4 +54,29 @@ inline void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
   out.bump_version();
 }
 
+// The second half of clip_grad_norm_ for p = 2, on the device and without a host wait (PyTorch's
+// foreach path): sum_sq (one float64 element, sum_of_squares of xs) gives norm (one float64
+// element, a different one) = sqrt(sum_sq). When norm is finite and coeff = max_norm / (norm + 1e-6)
+// is below 1, every x of xs becomes coeff * x + 0 in place, coeff rounded to x's compute type:
+// the bits affine(x, coeff, 0, x) gives. A non-finite norm or coeff >= 1 leaves xs as they are.
+// On CUDA one launch covers every x (a chunk table); each block works the coefficient out itself.
+namespace cpu { void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm); }
+namespace cuda { void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm); }
+inline void clip_by_norm_(std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm) {
+  const auto one_double = [&](const Tensor& t) {
+    return t.dtype() == DType::kFloat64 && t.numel() == 1 && t.device() == norm.device();
+  };
+  AG_CHECK(one_double(sum_sq) && one_double(norm),
+           "clip_by_norm_: sum_sq and norm must be one float64 element each on one device, got ", sum_sq.to_string(),
+           " and ", norm.to_string());
+  AG_CHECK(sum_sq.data_ptr() != norm.data_ptr(), "clip_by_norm_: norm must not share sum_sq's storage");
+  for (const Tensor& x : xs) {
+    AG_CHECK(is_floating(x.dtype()) && x.device() == norm.device(), "clip_by_norm_: cannot scale ", x.to_string(),
+             " by a norm in ", norm.to_string(), "; hint: floating tensors on norm's device only");
+  }
+  AG_ON_BACKEND(norm.device(), clip_by_norm_, xs, sum_sq, max_norm, norm);
+  norm.bump_version();
+  for (Tensor& x : xs) x.bump_version();  // whether or not they were scaled: the host cannot know
+}
+
 }  // namespace ampgrad::kernels

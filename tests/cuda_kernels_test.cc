@@ -1,7 +1,7 @@
 // CUDA kernels at the sizes and shapes that exercise their edges, against the CPU: vector tails,
 // grid-stride loops past the grid cap, k == 0 GEMMs, reductions over many chunks, the one-launch
-// multi-tensor unscale and sum of squares, and every optimizer variant. Skips without a GPU (fails
-// under AMPGRAD_REQUIRE_CUDA=1).
+// multi-tensor unscale, sum of squares and clip_grad_norm_, and every optimizer variant. Skips
+// without a GPU (fails under AMPGRAD_REQUIRE_CUDA=1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include "amp/unscale.h"
 #include "ampgrad.h"
 #include "cuda_test_util.h"
+#include "nn/utils.h"
 #include "ops/reduce_kernels.h"
 #include "test_util.h"
 
@@ -171,6 +172,74 @@ TEST(CudaKernels, SumOfSquaresOverManyTensorsMatchesCpu) {
   EXPECT_EQ(gpu_out.item<double>(), got);
   ag::kernels::sum_of_squares({}, gpu_out);
   EXPECT_EQ(gpu_out.item<double>(), 0.0);
+}
+
+// clip_grad_norm_ on CUDA gradients (p = 2): the norm and the scaling stay on the device. Against
+// the CPU path (the sums differ only in order), with the host waits counted: none for the tensor
+// form, one to read a double back, one for error_if_nonfinite. Other p take the host path.
+TEST(CudaKernels, ClipGradNormStaysOnTheDevice) {
+  SKIP_WITHOUT_CUDA();
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
+  const int64_t sizes[] = {5003, 16385, 3, 40'000};
+  const auto make = [&](Device device) {
+    std::vector<Tensor> params;
+    for (size_t k = 0; k < std::size(sizes); ++k) {
+      Tensor p = ag::zeros({sizes[k]}, dtypes[k % 3], device);
+      p.set_requires_grad(true);
+      p.set_grad(random_tensor({sizes[k]}, dtypes[k % 3], 500 + k, device));
+      params.push_back(p);
+    }
+    return params;
+  };
+  const auto close = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    for (size_t k = 0; k < a.size(); ++k) {
+      const std::vector<double> x = a[k].grad().to_double_vector(), y = b[k].grad().to_double_vector();
+      ASSERT_EQ(x.size(), y.size());
+      const double eps = a[k].dtype() == DType::kFloat16 ? 2e-3 : 1e-6;  // one rounding of coeff * g apart
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], eps * std::abs(y[i])) << k << " " << i;
+    }
+  };
+  for (double max_norm : {1.0, 1e9}) {  // clipped, and left alone
+    SCOPED_TRACE(max_norm);
+    const std::vector<Tensor> cpu = make(Device::kCPU), gpu = make(Device::kCUDA);
+    const double expected = ag::nn::utils::clip_grad_norm_(cpu, max_norm);
+    const int64_t before = ag::cuda_host_sync_count();
+    const Tensor norm = ag::nn::utils::clip_grad_norm_tensor_(gpu, max_norm);
+    EXPECT_EQ(ag::cuda_host_sync_count() - before, 0) << "the tensor form must not wait for the GPU";
+    EXPECT_EQ(norm.device(), Device::kCUDA);
+    EXPECT_NEAR(norm.item<double>(), expected, 1e-12 * expected);
+    close(gpu, cpu);
+  }
+  {
+    const std::vector<Tensor> cpu = make(Device::kCPU), gpu = make(Device::kCUDA);
+    const double expected = ag::nn::utils::clip_grad_norm_(cpu, 2.0, {.error_if_nonfinite = true});
+    const int64_t before = ag::cuda_host_sync_count();
+    const double got = ag::nn::utils::clip_grad_norm_(gpu, 2.0, {.error_if_nonfinite = true});
+    EXPECT_EQ(ag::cuda_host_sync_count() - before, 1) << "one wait to read the norm (and check it)";
+    EXPECT_NEAR(got, expected, 1e-12 * expected);
+    close(gpu, cpu);
+    const int64_t before_double = ag::cuda_host_sync_count();
+    ag::nn::utils::clip_grad_norm_(gpu, 2.0);
+    EXPECT_EQ(ag::cuda_host_sync_count() - before_double, 1);
+  }
+  {  // a non-finite norm: the error before anything is scaled, or the norm back and nothing scaled
+    std::vector<Tensor> gpu = make(Device::kCUDA);
+    gpu[1].set_grad(ag::full({sizes[1]}, std::nan(""), dtypes[1], Device::kCUDA));
+    const std::vector<double> untouched = gpu[0].grad().to_double_vector();
+    EXPECT_TRUE(agt::throws_error([&] { ag::nn::utils::clip_grad_norm_(gpu, 1.0, {.error_if_nonfinite = true}); },
+                                  {"clip_grad_norm_", "non-finite"}));
+    EXPECT_TRUE(std::isnan(ag::nn::utils::clip_grad_norm_tensor_(gpu, 1.0).item<double>()));
+    EXPECT_EQ(gpu[0].grad().to_double_vector(), untouched);
+  }
+  for (double p : {1.0, std::numeric_limits<double>::infinity()}) {  // the host path, same answers
+    SCOPED_TRACE(p);
+    const std::vector<Tensor> cpu = make(Device::kCPU), gpu = make(Device::kCUDA);
+    const double expected = ag::nn::utils::clip_grad_norm_(cpu, 1.0, {.norm_type = p});
+    const Tensor norm = ag::nn::utils::clip_grad_norm_tensor_(gpu, 1.0, {.norm_type = p});
+    EXPECT_EQ(norm.device(), Device::kCUDA);
+    EXPECT_EQ(norm.item<double>(), expected);
+    close(gpu, cpu);
+  }
 }
 
 // Each optimizer variant's fused CUDA update against the CPU's over a few steps with the same

@@ -19,7 +19,9 @@
 #include "nn/linear.h"
 #include "nn/module.h"
 #include "nn/utils.h"
+#include "ops/elementwise_kernels.h"
 #include "ops/ops.h"
+#include "ops/reduce_kernels.h"
 #include "optim/adam.h"
 #include "optim/optimizer.h"
 #include "optim/sgd.h"
@@ -201,6 +203,62 @@ TEST(ClipGradNorm, NonFiniteNorms) {
           {"clip_grad_norm_", "non-finite", "error_if_nonfinite"}));
     }
   }
+}
+
+// The CPU path as it was before the CUDA one existed: every gradient read back, |g|^2 summed in
+// double in order, one affine per gradient when coeff < 1. clip_grad_norm_ must keep these bits.
+TEST(ClipGradNorm, CpuResultsAreTheSerialDoubleLoops) {
+  std::vector<Tensor> params, expected;
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
+  for (int k = 0; k < 3; ++k) {
+    const int64_t n = 1000 + 37 * k;
+    Tensor p = ag::zeros({n}, dtypes[k]);
+    p.set_requires_grad(true);
+    p.set_grad(Tensor::from_vector(ag::test::random_values(static_cast<size_t>(n), -2.0, 2.0, 40 + k), {n},
+                                   dtypes[k]));
+    params.push_back(p);
+  }
+  double total = 0.0;
+  for (const Tensor& p : params) {
+    for (double v : p.grad().to_double_vector()) total += v * v;
+  }
+  const double norm = std::sqrt(total), coeff = 3.0 / (norm + 1e-6);
+  for (const Tensor& p : params) {
+    expected.push_back(Tensor::empty(p.shape(), p.dtype()));
+    ag::kernels::affine(p.grad(), coeff, 0.0, expected.back());
+  }
+  EXPECT_EQ(ag::nn::utils::clip_grad_norm_(params, 3.0), norm);
+  for (size_t k = 0; k < params.size(); ++k) {
+    EXPECT_EQ(params[k].grad().to_double_vector(), expected[k].to_double_vector()) << k;
+  }
+}
+
+// The norm as a tensor: a float64 scalar on the gradients' CPU, equal to the double; the device
+// kernel pair (sum_of_squares + clip_by_norm_) gives the CPU path's bits when the sums agree.
+TEST(ClipGradNorm, TensorNormAndTheDeviceKernelsOnTheCpu) {
+  const Tensor a = with_grad({1, 1}, {3, -4}), b = with_grad({1}, {12});
+  const Tensor norm = ag::nn::utils::clip_grad_norm_tensor_({a, b}, 6.0);
+  EXPECT_EQ(norm.dtype(), DType::kFloat64);
+  EXPECT_EQ(norm.device(), ag::Device::kCPU);
+  EXPECT_EQ(norm.numel(), 1);
+  EXPECT_EQ(norm.item<double>(), 13.0);
+  EXPECT_EQ(ag::nn::utils::clip_grad_norm_tensor_({}, 1.0).item<double>(), 0.0);
+
+  const Tensor c = with_grad({1, 1}, {3, -4}), d = with_grad({1}, {12});
+  std::vector<Tensor> grads = {c.grad(), d.grad()};
+  Tensor sum_sq = Tensor::empty({}, DType::kFloat64), device_norm = Tensor::empty({}, DType::kFloat64);
+  ag::kernels::sum_of_squares(grads, sum_sq);
+  ag::kernels::clip_by_norm_(grads, sum_sq, 6.0, device_norm);
+  EXPECT_EQ(device_norm.item<double>(), 13.0);
+  EXPECT_EQ(c.grad().to_vector(), a.grad().to_vector());
+  EXPECT_EQ(d.grad().to_vector(), b.grad().to_vector());
+  ag::kernels::clip_by_norm_(grads, sum_sq, 100.0, device_norm);  // coeff >= 1: untouched
+  EXPECT_EQ(d.grad().to_vector(), b.grad().to_vector());
+  EXPECT_TRUE(throws_error([&] { ag::kernels::clip_by_norm_(grads, sum_sq, 1.0, sum_sq); }, {"clip_by_norm_"}));
+  sum_sq.data<double>()[0] = std::numeric_limits<double>::infinity();
+  ag::kernels::clip_by_norm_(grads, sum_sq, 1.0, device_norm);  // a non-finite norm scales nothing
+  EXPECT_TRUE(std::isinf(device_norm.item<double>()));
+  EXPECT_EQ(d.grad().to_vector(), b.grad().to_vector());
 }
 
 }  // namespace
