@@ -188,6 +188,8 @@ TEST(BadInput, ModulesOptimizersScalerAutocast) {
       {"autocast float64", [] { amp::AutocastGuard g(Device::kCPU, DType::kFloat64); }, {"AutocastGuard", "float64"}},
       {"autocast float32", [] { amp::AutocastGuard g(Device::kCPU, DType::kFloat32); }, {"AutocastGuard", "float32"}},
       {"clip max_norm", [&] { ag::nn::utils::clip_grad_norm_(params(), -1); }, {"clip_grad_norm_", "-1"}},
+      {"clip tensor norm_type",
+       [&] { ag::nn::utils::clip_grad_norm_tensor_(params(), 1, {.norm_type = -2}); }, {"norm_type", "-2"}},
   });
 }
 
