@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check in two halves, for GPU machines that have no Bazel.
 #   tools/gpu_check.sh build   (here, with the CUDA toolkit): builds the CUDA test and benchmark
-#                              binaries with ampgrad, libstdc++ and the CUDA runtime linked in
+#                              binaries with ampgrad, libstdc++, zlib and the CUDA runtime linked in
 #                              statically; they need only glibc (>= the floor printed and stored in
 #                              BUILD_INFO), libgcc_s, and at run time the driver and libcublas.so.13
 #                              (loaded with dlopen). Copies them and this script into the
@@ -56,8 +56,12 @@ build() {
   } >"$out/BUILD_INFO"
   echo "shared libraries the binaries need:"
   ldd "$out"/bin/* | awk '/=>/ {print "  " $1}' | sort -u
-  if ldd "$out"/bin/* | grep -q 'libstdc++'; then
-    echo "error: libstdc++ is still linked dynamically" >&2
+  # Only glibc's own libraries and libgcc_s may stay shared (libstdc++ and zlib are linked in).
+  local extra
+  extra="$(ldd "$out"/bin/* | awk '/=>/ {print $1}' | sort -u |
+           grep -Ev '^(libc|libm|libdl|libpthread|librt|libgcc_s)\.so\.[0-9]+$')"
+  if [[ -n "$extra" ]]; then
+    echo "error: the bundle needs shared libraries a GPU machine may lack:" $extra >&2
     exit 1
   fi
   cat "$out/BUILD_INFO"
