@@ -13,7 +13,9 @@ namespace ampgrad::amp {
 
 namespace {
 
-bool unscale_cuda(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs) {
+// The arguments are unused in a CPU-only build, where require_backend throws.
+bool unscale_cuda([[maybe_unused]] const std::vector<Tensor>& grads, [[maybe_unused]] double inv_scale,
+                  [[maybe_unused]] std::vector<Tensor>& outs) {
   require_backend(Device::kCUDA, "GradScaler::unscale_");
 #if defined(AMPGRAD_WITH_CUDA)
   Tensor found_inf = zeros({1}, DType::kFloat32, Device::kCUDA);

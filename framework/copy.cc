@@ -45,7 +45,8 @@ void copy_cpu(Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-void copy_(Tensor& dst, const Tensor& src, NonBlocking non_blocking) {
+// non_blocking matters only to CUDA copies (unused in a CPU-only build).
+void copy_(Tensor& dst, const Tensor& src, [[maybe_unused]] NonBlocking non_blocking) {
   AG_CHECK(dst.numel() == src.numel(), "copy_: ", src.to_string(), " into ", dst.to_string(),
            " needs equal element counts");
   if (dst.device() == Device::kCPU && src.device() == Device::kCPU) {
