@@ -195,12 +195,16 @@ namespace {
 // sum_j double(x[j])^2 over n values, four independent chains so the adds pipeline.
 template <typename T>
 double squares(const T* x, int64_t n) {
-  if constexpr (std::is_same_v<T, Half>) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
     float wide[kWiden];
     double total = 0.0;
     for (int64_t start = 0; start < n; start += kWiden) {
       const int64_t len = std::min(kWiden, n - start);
-      half_to_float(x + start, wide, static_cast<size_t>(len));
+      if constexpr (std::is_same_v<T, Half>) {
+        half_to_float(x + start, wide, static_cast<size_t>(len));
+      } else {
+        bfloat16_to_float(x + start, wide, static_cast<size_t>(len));
+      }
       total += squares(wide, len);
     }
     return total;

@@ -156,6 +156,7 @@ __global__ void squares_chunks_kernel(const TensorChunk* chunks, int64_t count, 
     switch (chunk.dtype) {
       case DType::kFloat32: acc += squares_span(static_cast<const float*>(chunk.in), chunk.n); break;
       case DType::kFloat16: acc += squares_span(static_cast<const __half*>(chunk.in), chunk.n); break;
+      case DType::kBFloat16: acc += squares_span(static_cast<const __nv_bfloat16*>(chunk.in), chunk.n); break;
       case DType::kFloat64: acc += squares_span(static_cast<const double*>(chunk.in), chunk.n); break;
       default: break;  // refused on the host
     }
@@ -184,6 +185,9 @@ __global__ void clip_chunks_kernel(const TensorChunk* chunks, int64_t count, con
     switch (chunk.dtype) {
       case DType::kFloat32: scale_span(static_cast<float*>(chunk.out), chunk.n, static_cast<float>(coeff)); break;
       case DType::kFloat16: scale_span(static_cast<__half*>(chunk.out), chunk.n, static_cast<float>(coeff)); break;
+      case DType::kBFloat16:
+        scale_span(static_cast<__nv_bfloat16*>(chunk.out), chunk.n, static_cast<float>(coeff));
+        break;
       case DType::kFloat64: scale_span(static_cast<double*>(chunk.out), chunk.n, coeff); break;
       default: break;  // refused on the host
     }

@@ -203,6 +203,7 @@ TEST(CudaTest, BFloat16ConversionsMatchTheCpuBitForBit) {
   expect_same(bf16, ag::DType::kFloat32, "bfloat16 -> float32");
   expect_same(bf16, ag::DType::kFloat16, "bfloat16 -> float16");
   expect_same(bf16, ag::DType::kInt64, "bfloat16 -> int64");
+}
 
 // Every copy that makes the host wait is counted: device-to-host reads, and host-to-device copies
 // (cudaMemcpy from pageable memory first waits for all queued work), but not a non-blocking copy
