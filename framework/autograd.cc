@@ -110,6 +110,59 @@ void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad, uint64_t pass) {
   leaf.grad = fresh;
 }
 
+void run_post_accumulate_hooks(const std::shared_ptr<TensorImpl>& leaf) {
+  const auto hooks = leaf->post_accumulate_grad_hooks;  // a hook may remove hooks: iterate a copy
+  if (!hooks) return;
+  const Tensor tensor(leaf);
+  for (const auto& [id, hook] : std::vector(hooks->hooks)) hook(tensor);
+}
+
+// Leaves with hooks that this pass reaches, each with the number of edges into it still to be
+// replayed: the hooks run when the last one is done, so they see the leaf's whole gradient.
+class LeafHookCounts {
+ public:
+  void expect(const Edge& edge) {
+    if (edge.leaf && edge.leaf->post_accumulate_grad_hooks) entries_.push_back({edge.leaf.get(), 1, false});
+  }
+  void seal() {  // merge the duplicates expect() pushed, then look up by binary search
+    std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.leaf < b.leaf; });
+    size_t out = 0;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (out > 0 && entries_[out - 1].leaf == entries_[i].leaf) {
+        ++entries_[out - 1].pending;
+      } else {
+        entries_[out++] = entries_[i];
+      }
+    }
+    entries_.resize(out);
+  }
+  void accumulated(const Edge& edge) {
+    if (Entry* e = find(edge)) e->got_grad = true;
+  }
+  // After a node's edges were replayed (or skipped): runs the hooks of leaves now complete.
+  void done(const Node& node) {
+    if (entries_.empty()) return;
+    for (const Edge& edge : node.next_edges) {
+      Entry* e = find(edge);
+      if (e && --e->pending == 0 && e->got_grad) run_post_accumulate_hooks(edge.leaf);
+    }
+  }
+
+ private:
+  struct Entry {
+    TensorImpl* leaf;
+    int64_t pending;
+    bool got_grad;
+  };
+  Entry* find(const Edge& edge) {
+    if (!edge.leaf || !edge.leaf->post_accumulate_grad_hooks) return nullptr;
+    auto it = std::lower_bound(entries_.begin(), entries_.end(), edge.leaf.get(),
+                               [](const Entry& a, const TensorImpl* leaf) { return a.leaf < leaf; });
+    return it != entries_.end() && it->leaf == edge.leaf.get() ? &*it : nullptr;
+  }
+  std::vector<Entry> entries_;  // allocates only when some leaf has hooks
+};
+
 }  // namespace
 
 void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
@@ -132,6 +185,7 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
   const uint64_t pass = ++passes;
   if (!root.grad_fn()) {
     accumulate_into_leaf(*root.impl(), std::move(seed), pass);
+    run_post_accumulate_hooks(root.impl_ptr());
     return;
   }
   // Every node reachable from the root, sorted so that each runs after all nodes that feed it
@@ -142,11 +196,13 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
   order.clear();
   stack.assign(1, root_node);
   root_node->visited_pass_ = pass;
+  LeafHookCounts leaf_hooks;
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
     order.push_back(node);
     for (const Edge& edge : node->next_edges) {
+      leaf_hooks.expect(edge);
       if (edge.node && edge.node->visited_pass_ != pass) {
         edge.node->visited_pass_ = pass;
         stack.push_back(edge.node.get());
@@ -154,6 +210,7 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
     }
   }
   std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->sequence_nr() > b->sequence_nr(); });
+  leaf_hooks.seal();
 
   // Whether backward finishes or throws, no gradient is left on a node for a later backward.
   struct ClearPending {
@@ -164,7 +221,10 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
   } clear_pending{order};
   root_node->pending_grad_ = std::move(seed);
   for (Node* node : order) {
-    if (!node->pending_grad_.defined()) continue;  // nothing flowed into it (its consumers had no grad for it)
+    if (!node->pending_grad_.defined()) {  // nothing flowed into it (its consumers had no grad for it)
+      leaf_hooks.done(*node);
+      continue;
+    }
     const Tensor grad_output = std::move(node->pending_grad_);
     node->pending_grad_ = Tensor();
     std::vector<Tensor> grad_inputs = node->backward(grad_output);
@@ -176,6 +236,7 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
       if (!g.defined()) continue;
       if (edge.leaf) {
         accumulate_into_leaf(*edge.leaf, std::move(g), pass);
+        leaf_hooks.accumulated(edge);
       } else if (edge.node) {
         Tensor& slot = edge.node->pending_grad_;
         if (!slot.defined()) {
@@ -190,6 +251,7 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
       }
     }
     if (retain == RetainGraph::kNo) node->release_saved();
+    leaf_hooks.done(*node);
   }
 }
 

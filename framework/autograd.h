@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "framework/tensor.h"
@@ -95,6 +96,12 @@ class Node {
   // by two threads at once, and backward formulas must not call backward themselves.
   Tensor pending_grad_;        // the gradient of this node's output summed so far
   uint64_t visited_pass_ = 0;  // the last backward pass that reached this node
+};
+
+/// A leaf's post-accumulate-grad hooks (Tensor::register_post_accumulate_grad_hook), by id.
+struct PostAccumulateGradHooks {
+  std::vector<std::pair<uint64_t, PostAccumulateGradHook>> hooks;
+  uint64_t next_id = 1;
 };
 
 /// Edge for one op input: its grad_fn, itself if it is a leaf requiring grad, else empty.

@@ -1,6 +1,7 @@
 // Tensor handles, storage and factories.
 #include "framework/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -155,6 +156,30 @@ void Tensor::set_grad(const Tensor& grad) {
                                grad.device() == impl.storage->device),
            "set_grad: gradient ", grad.to_string(), " does not match ", to_string());
   impl.grad = grad;
+}
+
+uint64_t Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) {
+  TensorImpl& impl = checked(impl_);
+  AG_CHECK(impl.requires_grad && !impl.grad_fn, "register_post_accumulate_grad_hook: ", to_string(),
+           " is not a leaf that requires grad; hint: only leaves accumulate gradients (call set_requires_grad(true) ",
+           "on a tensor no recorded op produced)");
+  AG_CHECK(hook, "register_post_accumulate_grad_hook: the hook is empty");
+  if (!impl.post_accumulate_grad_hooks) impl.post_accumulate_grad_hooks = std::make_shared<PostAccumulateGradHooks>();
+  PostAccumulateGradHooks& hooks = *impl.post_accumulate_grad_hooks;
+  const uint64_t id = hooks.next_id++;
+  hooks.hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) {
+  TensorImpl& impl = checked(impl_);
+  auto& hooks = impl.post_accumulate_grad_hooks;
+  AG_CHECK(hooks, "remove_post_accumulate_grad_hook: ", to_string(), " has no hooks (id ", id, ")");
+  auto& list = hooks->hooks;
+  const auto found = std::find_if(list.begin(), list.end(), [id](const auto& entry) { return entry.first == id; });
+  AG_CHECK(found != list.end(), "remove_post_accumulate_grad_hook: ", to_string(), " has no hook with id ", id);
+  list.erase(found);
+  if (list.empty()) hooks.reset();  // the engine skips leaves without hooks at no cost
 }
 
 Tensor Tensor::detach() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,9 +15,14 @@ namespace ampgrad {
 using Shape = std::vector<int64_t>;
 struct TensorImpl;
 class Node;
+class Tensor;
 
 /// Whether backward() keeps the graph's saved tensors for another backward through it.
 enum class RetainGraph : bool { kNo, kYes };
+
+/// Runs after a backward pass has accumulated a leaf's gradient (see
+/// Tensor::register_post_accumulate_grad_hook); receives the leaf, whose grad() is then final.
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 class Tensor {
  public:
@@ -78,6 +84,14 @@ class Tensor {
   /// Backpropagates from this tensor, accumulating (+=) into the grad() of the leaves it reaches.
   /// `grad` defaults to 1 for one-element tensors and is required otherwise.
   void backward(const Tensor& grad = Tensor(), RetainGraph retain = RetainGraph::kNo) const;
+  /// For a leaf that requires grad: `hook` runs during each backward() that reaches this leaf,
+  /// once, right after the last of that pass's contributions was accumulated into grad() (a leaf
+  /// used twice in the forward gets one call), as PyTorch's register_post_accumulate_grad_hook.
+  /// Hooks run on the thread running backward, in registration order; an exception thrown by one
+  /// ends that backward(). A hook must not call backward() itself. Returns an id for removal.
+  uint64_t register_post_accumulate_grad_hook(PostAccumulateGradHook hook);
+  /// Removes a hook registered on this tensor (an unknown id is an error).
+  void remove_post_accumulate_grad_hook(uint64_t id);
 
   /// FP32 master copy of a lower-precision parameter, set by the optimizer that owns it.
   /// Its grad() is the unscaled FP32 gradient between GradScaler::unscale_ and the step.

@@ -27,6 +27,8 @@ struct Storage {
   uint64_t version = 0;
 };
 
+struct PostAccumulateGradHooks;  // autograd.h
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
@@ -40,6 +42,7 @@ struct TensorImpl {
   // Ordering parameters by it gives the order the backward reached them (GradScaler's skip report).
   uint64_t grad_pass = 0;   // that pass
   uint64_t grad_order = 0;  // that write
+  std::shared_ptr<PostAccumulateGradHooks> post_accumulate_grad_hooks;  // null until one is registered
 };
 
 }  // namespace ampgrad

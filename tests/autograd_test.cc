@@ -1,5 +1,6 @@
 // The tape: gradient accumulation, retained and consumed graphs, misuse errors, NoGradGuard,
-// in-place modification of saved tensors, diamonds, gradient dtypes, and steady memory in a loop.
+// in-place modification of saved tensors, diamonds, gradient dtypes, steady memory in a loop, and
+// post-accumulate-grad hooks.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -242,6 +243,74 @@ TEST(Autograd, MemoryIsSteadyInATrainingLoopWithSgd) {
 
 TEST(Autograd, MemoryIsSteadyInATrainingLoopWithAdam) {
   expect_steady_memory<ag::optim::Adam>(ag::optim::AdamOptions{.lr = 1e-3});
+}
+
+// ---- Post-accumulate-grad hooks (what data-parallel training overlaps its communication with) ----
+
+TEST(AutogradHooks, RunOnceAfterTheWholeGradientOfAPassWasAccumulated) {
+  Tensor x = leaf({1, 2, 3});
+  std::vector<std::vector<float>> seen;
+  x.register_post_accumulate_grad_hook([&](const Tensor& t) { seen.push_back(t.grad().to_vector()); });
+  // x reaches the loss three ways (x * x uses it twice): one call, with the summed gradient 2x + 1.
+  ag::ops::sum(x * x + x).backward();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::vector<float>{3, 5, 7}));
+  ag::ops::sum(x * 2.0f).backward();  // a second pass accumulates (+= 2) and calls again
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], (std::vector<float>{5, 7, 9}));
+}
+
+TEST(AutogradHooks, RunDuringBackwardInReverseOrderOfUse) {
+  // w1 is used first in the forward, so its gradient is ready last: w2's hook runs while w1 has
+  // none yet. This is what lets data-parallel training start reducing w2 before backward ends.
+  Tensor w1 = leaf({2}), w2 = leaf({3}), x = leaf({5});
+  std::vector<std::string> calls;
+  w1.register_post_accumulate_grad_hook([&](const Tensor&) { calls.push_back("w1"); });
+  w2.register_post_accumulate_grad_hook([&](const Tensor&) {
+    calls.push_back(w1.grad().defined() ? "w2 after w1" : "w2");
+  });
+  ag::ops::sum((x * w1) * w2).backward();
+  EXPECT_EQ(calls, (std::vector<std::string>{"w2", "w1"}));
+}
+
+TEST(AutogradHooks, RunForALeafRootAndNotForLeavesWithoutGradient) {
+  Tensor x = leaf({4}), y = leaf({1});
+  int x_calls = 0, y_calls = 0;
+  x.register_post_accumulate_grad_hook([&](const Tensor&) { ++x_calls; });
+  y.register_post_accumulate_grad_hook([&](const Tensor&) { ++y_calls; });
+  x.backward();  // the root itself is the leaf
+  EXPECT_EQ(x_calls, 1);
+  ag::ops::sum(x * 3.0f).backward();  // y is not in this graph
+  EXPECT_EQ(x_calls, 2);
+  EXPECT_EQ(y_calls, 0);
+}
+
+TEST(AutogradHooks, RemovedHooksStopAndMisuseIsAnError) {
+  Tensor x = leaf({1});
+  int a = 0, b = 0;
+  const uint64_t id_a = x.register_post_accumulate_grad_hook([&](const Tensor&) { ++a; });
+  x.register_post_accumulate_grad_hook([&](const Tensor&) { ++b; });
+  x.remove_post_accumulate_grad_hook(id_a);
+  ag::ops::sum(x * 2.0f).backward();
+  EXPECT_EQ(a, 0);
+  EXPECT_EQ(b, 1);
+  EXPECT_ERROR([&] { x.remove_post_accumulate_grad_hook(id_a); }, "no hook with id");
+  const Tensor y = x * 2.0f;
+  EXPECT_ERROR([&] { Tensor(y).register_post_accumulate_grad_hook([](const Tensor&) {}); }, "not a leaf");
+  EXPECT_ERROR([&] { ag::zeros({1}).register_post_accumulate_grad_hook([](const Tensor&) {}); }, "not a leaf");
+}
+
+TEST(AutogradHooks, AnExceptionInAHookEndsBackwardAndLeavesTheEngineUsable) {
+  Tensor x = leaf({1, 2});
+  bool fail = true;
+  x.register_post_accumulate_grad_hook([&](const Tensor&) {
+    if (fail) AG_FAIL("hook failed on purpose");
+  });
+  EXPECT_ERROR([&] { ag::ops::sum(x * x).backward(); }, "hook failed on purpose");
+  fail = false;
+  x.set_grad(Tensor());
+  ag::ops::sum(x * x).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{2, 4}));
 }
 
 }  // namespace
