@@ -4,6 +4,7 @@
 
 #include "amp/autocast.h"
 #include "amp/forward_watch.h"
+#include "amp/found_inf_sync.h"
 #include "amp/grad_scaler.h"
 #include "amp/grad_stats.h"
 #include "amp/grad_stats_log.h"

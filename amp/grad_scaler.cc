@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "amp/found_inf_sync.h"
 #include "amp/unscale.h"
 #include "framework/error.h"
 #include "ops/ops.h"
@@ -69,12 +70,15 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
       outs.push_back(master_grad);
     }
   }
-  // With statistics due, the same pass also measures every gradient (unscale_measure.cc).
+  // With statistics due, the same pass also measures every gradient (unscale_measure.cc). Every
+  // rank of a data-parallel job must take the same decision, or their weights diverge: the
+  // installed hook (if any) makes the flag the OR over all processes, also for a rank whose own
+  // gradients were clean or that had none.
   std::vector<GradCounts> counts;
   const bool measure = grad_stats_due();
-  const bool found_inf =
+  const bool found_inf = sync_found_inf(
       measure ? unscale_check_and_measure_all(grads, inv_scale, outs, make_format_table(low_precision_dtypes()), counts)
-              : unscale_and_check_all(grads, inv_scale, outs);
+              : unscale_and_check_all(grads, inv_scale, outs));
   diagnose(opt.parameters(), indices, grads, outs, found_inf, measure ? &counts : nullptr);
   it.stage = Stage::kUnscaled;
   it.found_inf = found_inf;

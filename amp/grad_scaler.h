@@ -53,7 +53,9 @@ class GradScaler {
   Tensor scale(const Tensor& loss);
   /// Divides opt's gradients by the scale (1/scale in double) and checks them for inf/NaN in
   /// the same pass. Float32 gradients are unscaled in place; a lower-precision parameter's
-  /// gradient is unscaled into its FP32 master's gradient, never divided in FP16.
+  /// gradient is unscaled into its FP32 master's gradient, never divided in FP16. The flag then
+  /// goes through the process-wide found-inf hook (amp/found_inf_sync.h), so that in
+  /// data-parallel training every rank skips or steps together.
   void unscale_(optim::Optimizer& opt);
   /// Unscales if not done yet, then steps opt unless an inf/NaN was found. Returns whether it stepped;
   /// a skipped step leaves parameters, masters and optimizer state untouched.

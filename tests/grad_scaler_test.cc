@@ -1,5 +1,5 @@
 // GradScaler's schedule step by step against DESIGN.md's update rule, its state machine's errors,
-// option validation, the disabled pass-through and checkpoint round trips.
+// option validation, the disabled pass-through, checkpoint round trips and the found-inf hook.
 // (Skipped steps, clipping and fault injection on real models: grad_scaler_training_test.cc.)
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/found_inf_sync.h"
 #include "amp/grad_scaler.h"
 #include "amp/unscale.h"
 #include "amp_test_util.h"
@@ -210,6 +211,38 @@ TEST(GradScalerStateMachine, EachOptimizerHasItsOwnStateAndAnyInfBacksOff) {
   EXPECT_EQ(scaler.get_scale(), 4.0);
   EXPECT_EQ(a.to_vector()[0], 0.0f);
   EXPECT_EQ(b.to_vector()[0], 1.0f);
+}
+
+TEST(GradScalerFoundInfSync, TheHookDecidesForEveryOptimizerOncePerUnscale) {
+  // A hook standing in for other ranks: it sees each local flag and may report another rank's inf.
+  std::vector<bool> seen;
+  bool other_rank_found_inf = false;
+  ag::amp::set_found_inf_sync([&](bool local) {
+    seen.push_back(local);
+    return local || other_rank_found_inf;
+  });
+  Toy toy;
+  GradScaler scaler({.init_scale = 8, .growth_interval = 100});
+  EXPECT_TRUE(toy.iterate(scaler, 1.0f));  // clean here and elsewhere: steps
+  other_rank_found_inf = true;
+  EXPECT_FALSE(toy.iterate(scaler, 1.0f));  // clean here, inf elsewhere: skips and backs off too
+  EXPECT_EQ(scaler.get_scale(), 4.0);
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+  EXPECT_FLOAT_EQ(toy.p.to_vector()[0], 1.0f - 0.5f / 8.0f);  // only the first step moved it
+  EXPECT_EQ(seen, (std::vector<bool>{false, false}));
+  // Explicit unscale_ then step: still one call; a disabled scaler makes none.
+  other_rank_found_inf = false;
+  scaler.scale(ag::ops::sum(toy.p));
+  toy.p.set_grad(ag::full({2}, kInf));
+  scaler.unscale_(toy.opt);
+  EXPECT_FALSE(scaler.step(toy.opt));
+  scaler.update();
+  GradScaler disabled({.enabled = false});
+  toy.iterate(disabled, 1.0f);
+  EXPECT_EQ(seen, (std::vector<bool>{false, false, true}));
+  ag::amp::set_found_inf_sync({});  // the default again: each process decides alone
+  EXPECT_TRUE(toy.iterate(scaler, 1.0f));
+  EXPECT_EQ(seen.size(), 3u);
 }
 
 TEST(GradScalerOptionsTest, InvalidOptionsAreRejected) {
