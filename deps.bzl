@@ -13,6 +13,7 @@ _SYSTEM_LIBRARIES = {
     "benchmark": "/usr",  # libbenchmark-dev (ampgrad's benchmarks only)
     "nlohmann_json": "/usr/include",  # nlohmann-json3-dev
     "zlib": "/usr",  # zlib1g-dev (data/: gzip-compressed data sets)
+    "openmpi": "/usr/lib/x86_64-linux-gnu/openmpi",  # libopenmpi-dev, openmpi-bin (distributed/ only)
 }
 
 def _shim_repository_impl(rctx):

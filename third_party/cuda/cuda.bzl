@@ -5,7 +5,7 @@
 # start (CPU-only) on machines without the CUDA libraries.
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
-load("@local_cuda//:defs.bzl", "CUDA_FOUND", "CUDA_PATH")
+load("@local_cuda//:defs.bzl", "CUDA_FOUND", "CUDA_PATH", "NCCL_FOUND")
 
 # GPU architectures to build for: machine code plus PTX for each. 90 = H100/H200 (Hopper).
 CUDA_ARCHS = ["90"]
@@ -110,3 +110,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
 def if_cuda(if_true, if_false = []):
     """Returns if_true when the CUDA toolkit was found, else if_false."""
     return if_true if CUDA_FOUND else if_false
+
+def if_nccl(if_true, if_false = []):
+    """Returns if_true when the CUDA toolkit has NCCL (include/nccl.h, lib64/libnccl.so.2), else if_false."""
+    return if_true if NCCL_FOUND else if_false

@@ -1,6 +1,8 @@
 # Repository rule creating @local_cuda: the CUDA toolkit if one is installed, else empty targets.
 # Lookup: $CUDA_PATH, then $CUDA_HOME, then /usr/local/cuda; the toolkit must have bin/nvcc.
 # A variable set to a non-empty value ends the search: CUDA_PATH=/nonexistent forces a CPU-only build.
+# NCCL (@local_cuda//:nccl) is the toolkit's own when it has include/nccl.h and lib64/libnccl.so.2;
+# otherwise that target is empty and NCCL_FOUND is False.
 
 _ENV_VARS = ["CUDA_PATH", "CUDA_HOME"]
 _DEFAULT_PATH = "/usr/local/cuda"
@@ -36,6 +38,19 @@ cc_library(
 )
 """
 
+# Linked by soname with an rpath to the toolkit, like cuBLAS: only distributed/ depends on it.
+_NCCL_FOUND = """
+cc_library(
+    name = "nccl",
+    linkopts = ["-L{lib}", "-l:libnccl.so.2", "-Wl,-rpath,{lib}"],
+    deps = [":cuda_headers"],
+)
+"""
+
+_NCCL_ABSENT = """
+cc_library(name = "nccl")
+"""
+
 _BUILD_ABSENT = """
 package(default_visibility = ["//visibility:public"])
 
@@ -48,13 +63,15 @@ cc_library(name = "cublas")
 
 def _cuda_configure_impl(rctx):
     path = _find_cuda(rctx)
+    nccl = bool(path) and rctx.path(path + "/include/nccl.h").exists and rctx.path(path + "/lib64/libnccl.so.2").exists
     if path:
         rctx.symlink(path + "/include", "include")
         rctx.symlink(path + "/lib64", "lib64")
-        rctx.file("BUILD", _BUILD_FOUND.format(lib = path + "/lib64"))
+        build = _BUILD_FOUND + (_NCCL_FOUND if nccl else _NCCL_ABSENT)
+        rctx.file("BUILD", build.format(lib = path + "/lib64"))
     else:
-        rctx.file("BUILD", _BUILD_ABSENT)
-    rctx.file("defs.bzl", "CUDA_FOUND = %s\nCUDA_PATH = %r\n" % (bool(path), path or ""))
+        rctx.file("BUILD", _BUILD_ABSENT + _NCCL_ABSENT)
+    rctx.file("defs.bzl", "CUDA_FOUND = %s\nCUDA_PATH = %r\nNCCL_FOUND = %s\n" % (bool(path), path or "", nccl))
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
 
 cuda_configure = repository_rule(

@@ -1,0 +1,104 @@
+// Cross-rank argument checks for collectives (see collective_check.h).
+#include "distributed/collective_check.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "framework/error.h"
+
+namespace ampgrad::distributed::detail {
+
+namespace {
+
+enum Problem : int32_t { kOk = 0, kUndefined, kWrongDevice, kUnsupportedDType, kTooManyDims };
+
+std::string describe(const CollectiveRecord& r) {
+  if (r.dtype < 0) return "an undefined tensor";
+  std::ostringstream out;
+  out << "Tensor[";
+  for (int i = 0; i < r.ndim; ++i) out << (i ? ", " : "") << r.dims[i];
+  if (r.ndim > CollectiveRecord::kMaxDims) out << ", ...";
+  out << "] " << dtype_name(static_cast<DType>(r.dtype)) << ' ' << device_name(static_cast<Device>(r.device));
+  if (r.collective == static_cast<int32_t>(Collective::kBroadcast)) out << " (root " << r.argument << ")";
+  if (r.collective == static_cast<int32_t>(Collective::kAllReduce)) {
+    out << " (" << reduce_op_name(static_cast<ReduceOp>(r.argument)) << ")";
+  }
+  return out.str();
+}
+
+bool same_call(const CollectiveRecord& a, const CollectiveRecord& b) {
+  return a.collective == b.collective && a.argument == b.argument && a.dtype == b.dtype && a.ndim == b.ndim &&
+         a.numel == b.numel && std::equal(a.dims, a.dims + CollectiveRecord::kMaxDims, b.dims);
+}
+
+std::string hint_for(Problem problem, Backend backend, Device device) {
+  switch (problem) {
+    case kWrongDevice:
+      return ::ampgrad::detail::str_cat("a ", backend_name(backend), " group reduces ", device_name(device),
+                                        " tensors; hint: use Backend::",
+                                        device == Device::kCPU ? "kNCCL for CUDA tensors" : "kMPI for CPU tensors",
+                                        ", or move the tensor with .to(Device::k",
+                                        device == Device::kCPU ? "CPU" : "CUDA", ")");
+    case kUndefined: return "the tensor is undefined";
+    case kUnsupportedDType: return "its dtype is not supported by this backend";
+    case kTooManyDims: return "it has more than 8 dimensions (reshape it first)";
+    case kOk: break;
+  }
+  return "";
+}
+
+}  // namespace
+
+CollectiveRecord describe_collective(Collective collective, int32_t argument, const Tensor& tensor, Device device,
+                                     bool (*supported)(DType)) {
+  CollectiveRecord r;
+  r.collective = static_cast<int32_t>(collective);
+  r.argument = argument;
+  if (!tensor.defined()) {
+    r.problem = kUndefined;
+    return r;
+  }
+  r.dtype = static_cast<int32_t>(tensor.dtype());
+  r.device = static_cast<int32_t>(tensor.device());
+  r.numel = tensor.numel();
+  r.ndim = static_cast<int32_t>(tensor.dim());
+  for (int i = 0; i < std::min<int>(r.ndim, CollectiveRecord::kMaxDims); ++i) r.dims[i] = tensor.shape()[i];
+  if (tensor.device() != device) {
+    r.problem = kWrongDevice;
+  } else if (!supported(tensor.dtype())) {
+    r.problem = kUnsupportedDType;
+  } else if (r.ndim > CollectiveRecord::kMaxDims) {
+    r.problem = kTooManyDims;
+  }
+  return r;
+}
+
+void check_local(const CollectiveRecord& record, const std::string& what, Backend backend, Device device) {
+  AG_CHECK(record.problem == kOk, "ampgrad.distributed: ", what, ": ", describe(record), ": ",
+           hint_for(static_cast<Problem>(record.problem), backend, device));
+}
+
+void check_collective(const std::vector<CollectiveRecord>& records, const std::string& what, Backend backend,
+                      Device device) {
+  bool ok = true;
+  for (const CollectiveRecord& r : records) ok = ok && r.problem == kOk && same_call(r, records[0]);
+  if (ok) return;
+  std::ostringstream table;
+  std::string hint;
+  for (size_t rank = 0; rank < records.size(); ++rank) {
+    const CollectiveRecord& r = records[rank];
+    table << (rank ? "; " : "") << "rank " << rank << ": " << describe(r);
+    if (r.problem != kOk) {
+      table << " [unusable]";
+      if (hint.empty()) hint = hint_for(static_cast<Problem>(r.problem), backend, device);
+    }
+  }
+  if (hint.empty()) {
+    hint = "hint: every rank must pass the same shape, dtype and arguments, and call the same collectives in the "
+           "same order";
+  }
+  AG_FAIL("ampgrad.distributed: ", what, ": the ranks' arguments do not match (", table.str(), "); ", hint,
+          "; nothing was reduced, and the group is still usable");
+}
+
+}  // namespace ampgrad::distributed::detail

@@ -1,0 +1,41 @@
+// The cross-rank check of a collective's arguments: each rank describes what it passed in a small
+// fixed-size record, the records are all-gathered, and every rank finds the same mismatch and
+// throws the same Error, naming each rank's tensor. Internal to distributed/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "framework/tensor.h"
+
+namespace ampgrad::distributed::detail {
+
+/// What one rank passed to a collective. Plain bytes: it travels as it is.
+struct CollectiveRecord {
+  static constexpr int kMaxDims = 8;
+  int32_t collective = 0;  // Collective below
+  int32_t argument = 0;    // the ReduceOp, or the broadcast's root
+  int32_t dtype = -1;      // -1: undefined tensor
+  int32_t device = -1;
+  int32_t problem = 0;     // Problem below: found on this rank alone
+  int32_t ndim = 0;
+  int64_t numel = 0;
+  int64_t dims[kMaxDims] = {};
+};
+
+enum class Collective : int32_t { kAllReduce, kBroadcast };
+
+/// The record of `tensor` as passed on this rank, including whether it is usable by a group on
+/// `device` whose backend supports `supported(dtype)`.
+CollectiveRecord describe_collective(Collective collective, int32_t argument, const Tensor& tensor, Device device,
+                                     bool (*supported)(DType));
+/// Throws the Error every rank throws when the records (indexed by rank) disagree or one rank's
+/// tensor is unusable; `what` names the collective, `group` the rank and backend for the message.
+void check_collective(const std::vector<CollectiveRecord>& records, const std::string& what, Backend backend,
+                      Device device);
+/// The same check for this rank alone, for collectives issued with CheckAcrossRanks::kNo.
+void check_local(const CollectiveRecord& record, const std::string& what, Backend backend, Device device);
+
+}  // namespace ampgrad::distributed::detail

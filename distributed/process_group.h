@@ -1,0 +1,116 @@
+// Process groups: the ranks of a data-parallel job and the collectives training needs (all-reduce
+// sum/avg/max, broadcast, barrier), on MPI for CPU tensors and on NCCL for CUDA tensors. Shaped
+// like torch.distributed; every wait is bounded by the group's timeout and fails with an Error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "framework/device.h"
+#include "framework/tensor.h"
+
+namespace ampgrad::distributed {
+
+enum class Backend : uint8_t { kMPI, kNCCL };
+std::string_view backend_name(Backend backend);  // "mpi", "nccl"
+
+/// kAvg is kSum divided by the group size. In 16-bit dtypes each rank's tensor is divided before
+/// the sum (so partial sums cannot overflow where the average would not), wider ones after.
+enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
+std::string_view reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
+
+/// Whether a collective first checks that every rank passes the same shape, dtype and a tensor
+/// on the group's device (one small extra round trip; a mismatch is then an Error on every rank
+/// instead of a hang or garbage). DistributedDataParallel checks its layout once and skips it.
+enum class CheckAcrossRanks : bool { kNo, kYes };
+
+/// The timeout when none is given: $AMPGRAD_DISTRIBUTED_TIMEOUT (seconds, > 0) when set, else this.
+inline constexpr double kDefaultTimeoutSeconds = 300.0;
+double default_timeout_seconds();
+
+struct ProcessGroupOptions {
+  /// How long one collective (or the group's setup) may wait for the other ranks before it throws
+  /// and the group becomes unusable; <= 0 means default_timeout_seconds().
+  double timeout_seconds = 0.0;
+};
+
+/// A collective in flight (torch.distributed's Work). Its tensor must not be used until wait().
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Returns once the result is in the tensor (for NCCL: once the GPU finished it). Throws
+  /// ampgrad::Error if the collective failed or did not complete within the group's timeout.
+  virtual void wait() = 0;
+  /// Whether it has finished (successfully or not); never blocks.
+  virtual bool is_completed() = 0;
+};
+
+/// The ranks 0..size()-1 of a job and their collectives. Every rank must call the same
+/// collectives in the same order; a rank that does not (it failed, exited or hangs) makes the
+/// others throw after timeout_seconds(), and the group cannot be used after such an error.
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  double timeout_seconds() const { return timeout_seconds_; }
+  virtual Backend backend() const = 0;
+  /// Where this group's tensors live: kCPU for MPI, kCUDA for NCCL.
+  virtual Device device() const = 0;
+
+  /// In place: tensor = op(tensor of every rank). Same shape and dtype on every rank.
+  /// Supports float32, float16 and float64 (16-bit dtypes are summed in float32, see ReduceOp).
+  virtual std::shared_ptr<Work> all_reduce_async(Tensor& tensor, ReduceOp op,
+                                                 CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::kSum) { all_reduce_async(tensor, op)->wait(); }
+  /// In place: tensor = root's tensor on every rank.
+  virtual std::shared_ptr<Work> broadcast_async(Tensor& tensor, int root,
+                                                CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
+  void broadcast(Tensor& tensor, int root = 0) { broadcast_async(tensor, root)->wait(); }
+  /// Returns once every rank called it.
+  virtual void barrier() = 0;
+
+  // Host-side collectives for small agreements (found-inf flags, checkpoint outcomes, layouts).
+  /// op over every rank's value (kAvg rounds toward zero).
+  virtual int64_t all_reduce_int(int64_t value, ReduceOp op) = 0;
+  /// Every rank's bytes, indexed by rank.
+  virtual std::vector<std::string> all_gather_bytes(const std::string& bytes) = 0;
+
+ protected:
+  ProcessGroup(int rank, int size, double timeout_seconds)
+      : rank_(rank), size_(size), timeout_seconds_(timeout_seconds) {}
+
+ private:
+  int rank_;
+  int size_;
+  double timeout_seconds_;
+};
+
+/// A new group over every process of the job (MPI_COMM_WORLD): kMPI for CPU tensors, kNCCL for
+/// CUDA tensors (each rank uses GPU local_rank % GPUs on its machine; NCCL is bootstrapped
+/// through MPI). Needs the processes to be started by mpirun (a program run alone is rank 0 of 1).
+std::shared_ptr<ProcessGroup> new_group(Backend backend = Backend::kMPI, ProcessGroupOptions options = {});
+
+// The default group (torch.distributed's init_process_group and friends).
+/// Creates the default group and installs the GradScaler found-inf hook (amp/found_inf_sync.h)
+/// that MAX-reduces the inf/NaN flag over it, so every rank skips or steps together.
+ProcessGroup& init_process_group(Backend backend = Backend::kMPI, ProcessGroupOptions options = {});
+bool is_initialized();
+ProcessGroup& default_group();  // throws unless initialised
+int get_rank();
+int get_world_size();
+/// Drops the default group and the found-inf hook (MPI itself stays up until the process exits).
+void destroy_process_group();
+
+// The same collectives over the default group.
+void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::kSum);
+void broadcast(Tensor& tensor, int root = 0);
+void barrier();
+
+}  // namespace ampgrad::distributed

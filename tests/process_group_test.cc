@@ -1,0 +1,184 @@
+// ProcessGroupMPI as an MPI job (2 and 4 ranks): all-reduce sum/avg/max in float32, float64 and
+// float16 against values computed here, broadcast, barrier, async collectives in flight together,
+// results bit-identical on every rank, and mismatched arguments as an Error on every rank.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "framework/dtype.h"
+#include "framework/error.h"
+#include "framework/tensor.h"
+#include "test_util.h"
+
+namespace ag = ampgrad;
+namespace dist = ampgrad::distributed;
+using ag::DType;
+using ag::Tensor;
+
+namespace {
+
+dist::ProcessGroup& world() { return dist::default_group(); }
+
+// Rank r holds {r + 1, 2 (r + 1), -(r + 1), 0.5}: small integers, exact in every dtype.
+Tensor rank_values(DType dtype) {
+  const float v = static_cast<float>(world().rank() + 1);
+  return Tensor::from_vector(std::vector<float>{v, 2 * v, -v, 0.5f}, {2, 2}, dtype);
+}
+
+// The bytes of every rank's copy of `t`, so tests can require bit-identical results.
+std::vector<std::string> gather_bytes(const Tensor& t) {
+  const std::string mine(static_cast<const char*>(t.data_ptr()), t.numel() * ag::element_size(t.dtype()));
+  return world().all_gather_bytes(mine);
+}
+
+TEST(ProcessGroup, RankAndSizeMatchTheJob) {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  ASSERT_NE(size, nullptr) << "not started by mpirun";
+  EXPECT_EQ(world().size(), std::atoi(size));
+  EXPECT_EQ(world().rank(), std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")));
+  EXPECT_EQ(dist::get_rank(), world().rank());
+  EXPECT_EQ(dist::get_world_size(), world().size());
+  EXPECT_EQ(world().backend(), dist::Backend::kMPI);
+  EXPECT_EQ(world().device(), ag::Device::kCPU);
+}
+
+TEST(ProcessGroup, AllReduceSumAvgMaxInEveryDtype) {
+  const int n = world().size();
+  const double s = n * (n + 1) / 2.0;  // sum of r + 1 over ranks
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    Tensor sum = rank_values(dtype), avg = rank_values(dtype), max = rank_values(dtype);
+    world().all_reduce(sum, dist::ReduceOp::kSum);
+    world().all_reduce(avg, dist::ReduceOp::kAvg);
+    world().all_reduce(max, dist::ReduceOp::kMax);
+    EXPECT_EQ(sum.to_double_vector(), (std::vector<double>{s, 2 * s, -s, 0.5 * n}));
+    EXPECT_EQ(avg.to_double_vector(), (std::vector<double>{s / n, 2 * s / n, -s / n, 0.5}));
+    EXPECT_EQ(max.to_double_vector(), (std::vector<double>{1.0 * n, 2.0 * n, -1, 0.5}));
+    EXPECT_EQ(sum.dtype(), dtype);
+  }
+}
+
+TEST(ProcessGroup, Float16AverageDividesFirstSoItCannotOverflowWhereTheSumWould) {
+  // 60000 on every rank: the sum (>= 120000) overflows float16 (max 65504), the average does not.
+  Tensor avg = ag::full({3}, 60000.0, DType::kFloat16);
+  world().all_reduce(avg, dist::ReduceOp::kAvg);
+  EXPECT_EQ(avg.to_vector(), (std::vector<float>{60000, 60000, 60000}));
+  Tensor sum = ag::full({3}, 60000.0, DType::kFloat16);
+  world().all_reduce(sum, dist::ReduceOp::kSum);
+  EXPECT_TRUE(std::isinf(sum.to_vector()[0]));  // a float16 sum overflows as float16 does
+}
+
+TEST(ProcessGroup, InfAndNaNPropagateThroughEveryReduction) {
+  const float kInf = std::numeric_limits<float>::infinity();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    for (dist::ReduceOp op : {dist::ReduceOp::kSum, dist::ReduceOp::kAvg, dist::ReduceOp::kMax}) {
+      SCOPED_TRACE(std::string(ag::dtype_name(dtype)) + " " + std::string(dist::reduce_op_name(op)));
+      // Only the last rank has the inf and the NaN: every rank must see them.
+      const bool last = world().rank() == world().size() - 1;
+      Tensor t = Tensor::from_vector(std::vector<float>{last ? kInf : 1.0f, last ? NAN : 1.0f, 1.0f}, {3}, dtype);
+      world().all_reduce(t, op);
+      const std::vector<float> v = t.to_vector();
+      EXPECT_TRUE(std::isinf(v[0]));
+      EXPECT_TRUE(std::isnan(v[1]));
+      EXPECT_TRUE(std::isfinite(v[2]));
+    }
+  }
+}
+
+TEST(ProcessGroup, ResultsAreBitIdenticalOnEveryRank) {
+  // Random values (different per rank) summed in an order MPI picks: every rank must still get
+  // the same bits, or data-parallel replicas would drift apart.
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    ag::manual_seed(100 + world().rank());
+    Tensor t = ag::randn({1000, 37}, dtype);
+    world().all_reduce(t, dist::ReduceOp::kAvg);
+    const std::vector<std::string> copies = gather_bytes(t);
+    for (size_t r = 1; r < copies.size(); ++r) EXPECT_EQ(copies[r], copies[0]) << "rank " << r << " differs";
+  }
+}
+
+TEST(ProcessGroup, BroadcastFromEveryRoot) {
+  for (int root = 0; root < world().size(); ++root) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kFloat64}) {
+      Tensor t = rank_values(dtype);
+      world().broadcast(t, root);
+      const float v = static_cast<float>(root + 1);
+      EXPECT_EQ(t.to_vector(), (std::vector<float>{v, 2 * v, -v, 0.5f})) << "root " << root;
+    }
+  }
+}
+
+TEST(ProcessGroup, ManyCollectivesInFlightCompleteInAnyWaitOrder) {
+  std::vector<Tensor> tensors;
+  std::vector<std::shared_ptr<dist::Work>> works;
+  for (int i = 0; i < 20; ++i) {
+    tensors.push_back(ag::full({1000 + i}, i + world().rank(), i % 2 ? DType::kFloat16 : DType::kFloat32));
+    works.push_back(world().all_reduce_async(tensors.back(), dist::ReduceOp::kSum));
+  }
+  for (int i = 19; i >= 0; --i) works[i]->wait();
+  const int n = world().size();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(works[i]->is_completed());
+    EXPECT_EQ(tensors[i].to_vector()[999], static_cast<float>(n * i + n * (n - 1) / 2)) << "collective " << i;
+  }
+}
+
+TEST(ProcessGroup, WaitBumpsTheTensorVersion) {
+  Tensor t = ag::ones({4});
+  const uint64_t before = t.version();
+  world().all_reduce(t, dist::ReduceOp::kSum);
+  EXPECT_GT(t.version(), before);  // caches keyed on the version see the new values
+}
+
+TEST(ProcessGroup, BarrierAndHostCollectives) {
+  world().barrier();
+  const int n = world().size(), r = world().rank();
+  EXPECT_EQ(world().all_reduce_int(r + 1, dist::ReduceOp::kSum), n * (n + 1) / 2);
+  EXPECT_EQ(world().all_reduce_int(r, dist::ReduceOp::kMax), n - 1);
+  const std::vector<std::string> all = world().all_gather_bytes(std::string(static_cast<size_t>(r), 'x'));
+  ASSERT_EQ(all.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(all[i], std::string(static_cast<size_t>(i), 'x'));
+}
+
+TEST(ProcessGroup, MismatchedArgumentsAreAnErrorOnEveryRankAndTheGroupStaysUsable) {
+  const bool odd = world().rank() % 2 == 1;
+  // Shapes differ on odd ranks: every rank throws, naming each rank's tensor.
+  Tensor t = ag::ones({odd ? 5 : 4});
+  EXPECT_ERROR([&] { world().all_reduce(t, dist::ReduceOp::kSum); }, "do not match", "rank 0: Tensor[4] float32 cpu",
+               "rank 1: Tensor[5] float32 cpu");
+  EXPECT_EQ(t.to_vector()[0], 1.0f);  // nothing was reduced
+  // Dtypes, ops and roots are checked the same way.
+  Tensor d = ag::ones({4}, odd ? DType::kFloat16 : DType::kFloat32);
+  EXPECT_ERROR([&] { world().all_reduce(d, dist::ReduceOp::kSum); }, "do not match", "float16");
+  Tensor o = ag::ones({4});
+  EXPECT_ERROR([&] { world().all_reduce(o, odd ? dist::ReduceOp::kMax : dist::ReduceOp::kSum); }, "(max)", "(sum)");
+  EXPECT_ERROR([&] { world().broadcast(o, odd ? 1 : 0); }, "root 0", "root 1");
+  // An undefined tensor on one rank is an error everywhere, with what that rank passed.
+  Tensor u = world().rank() == 1 ? Tensor() : ag::ones({4});
+  EXPECT_ERROR([&] { world().all_reduce(u, dist::ReduceOp::kSum); }, "rank 1: an undefined tensor [unusable]");
+  // The group still works.
+  Tensor ok = ag::ones({4});
+  world().all_reduce(ok, dist::ReduceOp::kSum);
+  EXPECT_EQ(ok.to_vector()[0], static_cast<float>(world().size()));
+}
+
+TEST(ProcessGroup, BadLocalArgumentsAreErrors) {
+  Tensor t = ag::ones({4});
+  EXPECT_ERROR([&] { world().broadcast(t, world().size()); }, "root must be in [0, ");
+  Tensor undefined;
+  EXPECT_ERROR([&] { world().all_reduce_async(undefined, dist::ReduceOp::kSum, dist::CheckAcrossRanks::kNo); },
+               "undefined");
+}
+
+TEST(ProcessGroup, TimeoutComesFromTheEnvironment) {
+  EXPECT_EQ(world().timeout_seconds(), dist::default_timeout_seconds());
+  EXPECT_EQ(dist::default_timeout_seconds(), std::atof(std::getenv("AMPGRAD_DISTRIBUTED_TIMEOUT")));
+}
+
+}  // namespace
