@@ -10,8 +10,6 @@ namespace ampgrad::distributed::detail {
 
 namespace {
 
-enum Problem : int32_t { kOk = 0, kUndefined, kWrongDevice, kUnsupportedDType, kTooManyDims };
-
 std::string describe(const CollectiveRecord& r) {
   if (r.dtype < 0) return "an undefined tensor";
   std::ostringstream out;
@@ -33,16 +31,17 @@ bool same_call(const CollectiveRecord& a, const CollectiveRecord& b) {
 
 std::string hint_for(Problem problem, Backend backend, Device device) {
   switch (problem) {
-    case kWrongDevice:
-      return ::ampgrad::detail::str_cat("a ", backend_name(backend), " group reduces ", device_name(device),
+    case Problem::kWrongDevice:
+      return ::ampgrad::detail::str_cat(backend == Backend::kMPI ? "an MPI" : "an NCCL", " group reduces ",
+                                        device_name(device),
                                         " tensors; hint: use Backend::",
                                         device == Device::kCPU ? "kNCCL for CUDA tensors" : "kMPI for CPU tensors",
                                         ", or move the tensor with .to(Device::k",
                                         device == Device::kCPU ? "CPU" : "CUDA", ")");
-    case kUndefined: return "the tensor is undefined";
-    case kUnsupportedDType: return "its dtype is not supported by this backend";
-    case kTooManyDims: return "it has more than 8 dimensions (reshape it first)";
-    case kOk: break;
+    case Problem::kUndefined: return "the tensor is undefined";
+    case Problem::kUnsupportedDType: return "its dtype is not supported by this backend";
+    case Problem::kTooManyDims: return "it has more than 8 dimensions (reshape it first)";
+    case Problem::kOk: break;
   }
   return "";
 }
@@ -55,7 +54,7 @@ CollectiveRecord describe_collective(Collective collective, int32_t argument, co
   r.collective = static_cast<int32_t>(collective);
   r.argument = argument;
   if (!tensor.defined()) {
-    r.problem = kUndefined;
+    r.problem = static_cast<int32_t>(Problem::kUndefined);
     return r;
   }
   r.dtype = static_cast<int32_t>(tensor.dtype());
@@ -64,31 +63,32 @@ CollectiveRecord describe_collective(Collective collective, int32_t argument, co
   r.ndim = static_cast<int32_t>(tensor.dim());
   for (int i = 0; i < std::min<int>(r.ndim, CollectiveRecord::kMaxDims); ++i) r.dims[i] = tensor.shape()[i];
   if (tensor.device() != device) {
-    r.problem = kWrongDevice;
+    r.problem = static_cast<int32_t>(Problem::kWrongDevice);
   } else if (!supported(tensor.dtype())) {
-    r.problem = kUnsupportedDType;
+    r.problem = static_cast<int32_t>(Problem::kUnsupportedDType);
   } else if (r.ndim > CollectiveRecord::kMaxDims) {
-    r.problem = kTooManyDims;
+    r.problem = static_cast<int32_t>(Problem::kTooManyDims);
   }
   return r;
 }
 
 void check_local(const CollectiveRecord& record, const std::string& what, Backend backend, Device device) {
-  AG_CHECK(record.problem == kOk, "ampgrad.distributed: ", what, ": ", describe(record), ": ",
+  AG_CHECK(record.problem == static_cast<int32_t>(Problem::kOk), "ampgrad.distributed: ", what, ": ", describe(record), ": ",
            hint_for(static_cast<Problem>(record.problem), backend, device));
 }
 
 void check_collective(const std::vector<CollectiveRecord>& records, const std::string& what, Backend backend,
                       Device device) {
   bool ok = true;
-  for (const CollectiveRecord& r : records) ok = ok && r.problem == kOk && same_call(r, records[0]);
+  const auto usable = [](const CollectiveRecord& r) { return r.problem == static_cast<int32_t>(Problem::kOk); };
+  for (const CollectiveRecord& r : records) ok = ok && usable(r) && same_call(r, records[0]);
   if (ok) return;
   std::ostringstream table;
   std::string hint;
   for (size_t rank = 0; rank < records.size(); ++rank) {
     const CollectiveRecord& r = records[rank];
     table << (rank ? "; " : "") << "rank " << rank << ": " << describe(r);
-    if (r.problem != kOk) {
+    if (!usable(r)) {
       table << " [unusable]";
       if (hint.empty()) hint = hint_for(static_cast<Problem>(r.problem), backend, device);
     }

@@ -12,6 +12,9 @@
 
 namespace ampgrad::distributed::detail {
 
+/// Why this rank's own tensor cannot take part, found before any communication.
+enum class Problem : int32_t { kOk, kUndefined, kWrongDevice, kUnsupportedDType, kTooManyDims };
+
 /// What one rank passed to a collective. Plain bytes: it travels as it is.
 struct CollectiveRecord {
   static constexpr int kMaxDims = 8;
@@ -19,7 +22,7 @@ struct CollectiveRecord {
   int32_t argument = 0;    // the ReduceOp, or the broadcast's root
   int32_t dtype = -1;      // -1: undefined tensor
   int32_t device = -1;
-  int32_t problem = 0;     // Problem below: found on this rank alone
+  int32_t problem = 0;     // a Problem
   int32_t ndim = 0;
   int64_t numel = 0;
   int64_t dims[kMaxDims] = {};

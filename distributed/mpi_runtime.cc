@@ -181,15 +181,17 @@ void MpiRuntime::loop() {
     }
   }
 
-  // Shutting down. Collectives still running keep their buffers (abandoned_), and MPI is finalised
-  // only when it is in a clean state: finalising with requests pending, or after a rank went
-  // missing, could block forever. mpirun then reports this rank as ending without MPI_Finalize.
+  // Shutting down. Collectives still running keep their buffers (abandoned_). MPI_Finalize waits
+  // for every rank to reach it, so it is called only after an orderly end: no group left (the
+  // program called destroy_process_group()), nothing in flight, no failure. A process that exits
+  // otherwise (an error unwound main while the default group was alive) skips it, and mpirun then
+  // ends the whole job at once, instead of the other ranks waiting out their timeout.
   bool clean = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& work : queue_) work->complete(MpiWork::State::kFailed, "ampgrad.distributed: the process is exiting");
     queue_.clear();
-    clean = init_error.empty() && broken_.empty() && active.empty();
+    clean = init_error.empty() && broken_.empty() && active.empty() && live_groups_ == 0;
     for (auto& work : active) abandoned_.push_back(work);
   }
   if (clean && initialized_here_) MPI_Finalize();
@@ -304,6 +306,11 @@ std::string MpiRuntime::broken_reason() {
 void MpiRuntime::mark_broken(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (broken_.empty()) broken_ = reason;
+}
+
+void MpiRuntime::add_group(int delta) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_groups_ += delta;
 }
 
 double MpiRuntime::seconds_since_heartbeat() {

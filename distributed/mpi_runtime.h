@@ -83,6 +83,8 @@ class MpiRuntime {
   /// collective at once: after a missed deadline the ranks no longer agree on what comes next.
   std::string broken_reason();
   void mark_broken(const std::string& reason);
+  /// Process groups alive: MPI is finalised at exit only when none is (see loop()).
+  void add_group(int delta);
   /// Seconds since the communication thread last looked around (it does so at least every
   /// 100 ms unless stuck inside an MPI call): what a waiter checks besides the deadline.
   double seconds_since_heartbeat();
@@ -105,6 +107,7 @@ class MpiRuntime {
   std::deque<std::shared_ptr<MpiWork>> queue_;
   std::vector<std::shared_ptr<MpiWork>> abandoned_;  // failed while MPI still held their buffers
   bool stop_ = false;
+  int live_groups_ = 0;
   bool init_done_ = false;
   bool thread_done_ = false;
   std::string broken_;

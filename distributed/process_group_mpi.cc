@@ -49,7 +49,9 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create_world(ProcessGroupOptio
 
 ProcessGroupMPI::ProcessGroupMPI(detail::MpiRuntime& runtime, MPI_Comm comm, int rank, int size,
                                  double timeout_seconds)
-    : ProcessGroup(rank, size, timeout_seconds), runtime_(runtime), comm_(comm) {}
+    : ProcessGroup(rank, size, timeout_seconds), runtime_(runtime), comm_(comm) {
+  runtime_.add_group(+1);
+}
 
 ProcessGroupMPI::~ProcessGroupMPI() {
   // Queued behind this group's last collectives, not waited for: MPI_Comm_free is local, and a
@@ -58,6 +60,7 @@ ProcessGroupMPI::~ProcessGroupMPI() {
   MpiPhase free_comm{.start = [comm](MPI_Request*) mutable { MPI_Comm_free(&comm); }, .finish = nullptr};
   runtime_.submit(std::make_shared<detail::MpiWork>("freeing an MPI communicator", std::vector<MpiPhase>{free_comm},
                                                     std::vector<Tensor>{}, timeout_seconds()));
+  runtime_.add_group(-1);
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::submit(std::string what, std::vector<MpiPhase> phases,

@@ -1,0 +1,10 @@
+// ampgrad's data-parallel training (namespace ampgrad::distributed): process groups on MPI and
+// NCCL, DistributedDataParallel, DistributedSampler and rank-0 checkpoints. Target //:distributed;
+// see README.md, "Data-parallel training".
+#pragma once
+
+#include "ampgrad.h"
+#include "distributed/checkpoint.h"
+#include "distributed/data_parallel.h"
+#include "distributed/process_group.h"
+#include "distributed/sampler.h"

@@ -1,0 +1,72 @@
+// Rank-0 checkpoints (see checkpoint.h). The per-rank generator states travel in the file's user
+// metadata under reserved keys that load_checkpoint takes out again.
+#include "distributed/checkpoint.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "framework/error.h"
+#include "framework/random.h"
+
+namespace ampgrad::distributed {
+
+namespace {
+
+const std::string kWorldSizeKey = "ampgrad.distributed.world_size";
+const std::string kRandomKeyPrefix = "ampgrad.distributed.random.";
+
+// Every rank's error text (empty where it worked); throws the same Error on every rank if any failed.
+void agree_on_outcome(ProcessGroup& group, const std::string& my_error, const std::string& what,
+                      const std::string& hint) {
+  const std::vector<std::string> errors = group.all_gather_bytes(my_error);
+  std::string report;
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r].empty()) report += ::ampgrad::detail::str_cat(report.empty() ? "" : "; ", "rank ", r, ": ", errors[r]);
+  }
+  AG_CHECK(report.empty(), what, " failed: ", report, "; hint: ", hint);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const checkpoint::TrainingState& state, ProcessGroup& group) {
+  const std::vector<std::string> generators = group.all_gather_bytes(random::get_state());
+  std::string error;
+  if (group.rank() == 0) {
+    checkpoint::TrainingState with_ranks = state;
+    with_ranks.user_metadata[kWorldSizeKey] = std::to_string(group.size());
+    for (size_t r = 0; r < generators.size(); ++r) {
+      with_ranks.user_metadata[kRandomKeyPrefix + std::to_string(r)] = generators[r];
+    }
+    try {
+      checkpoint::save_checkpoint(path, with_ranks);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  agree_on_outcome(group, error, "distributed::save_checkpoint(" + path + ")",
+                   "rank 0 writes the file: its folder must exist and be writable there");
+}
+
+void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, ProcessGroup& group) {
+  std::string error;
+  try {
+    checkpoint::load_checkpoint(path, state);
+    std::map<std::string, std::string>& meta = state.user_metadata;
+    const auto size = meta.find(kWorldSizeKey);
+    const auto mine = meta.find(kRandomKeyPrefix + std::to_string(group.rank()));
+    if (size != meta.end() && size->second == std::to_string(group.size()) && mine != meta.end()) {
+      random::set_state(mine->second);
+    }
+    // The reserved keys are this file's business, not the caller's.
+    for (auto it = meta.begin(); it != meta.end();) {
+      it = it->first == kWorldSizeKey || it->first.rfind(kRandomKeyPrefix, 0) == 0 ? meta.erase(it) : std::next(it);
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree_on_outcome(group, error, "distributed::load_checkpoint(" + path + ")",
+                   "every rank must be able to read the path (a shared file system, or a copy on each machine)");
+}
+
+}  // namespace ampgrad::distributed
