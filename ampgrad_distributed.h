@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ampgrad.h"
+#include "distributed/buckets.h"
 #include "distributed/checkpoint.h"
 #include "distributed/data_parallel.h"
 #include "distributed/process_group.h"

@@ -1,6 +1,7 @@
 // The user-defined MPI ops for 16-bit floats and the dtype -> MPI mapping (see mpi_reduce.h).
 #include "distributed/mpi_reduce.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <type_traits>
@@ -123,12 +124,22 @@ MpiReduction mpi_reduction(DType dtype, ReduceOp op) {
 }
 
 void divide_in_place(void* data, DType dtype, int64_t n, int divisor) {
+  if (divisor == 1) return;
   visit_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    using C = ComputeType<T>;
     T* p = static_cast<T*>(data);
-    const C d = static_cast<C>(divisor);
-    for (int64_t i = 0; i < n; ++i) p[i] = store<T>(load(p[i]) / d);
+    if constexpr (kIsNarrowFloat<T>) {
+      float wide[kChunk];
+      for (int64_t start = 0; start < n; start += kChunk) {
+        const int m = static_cast<int>(std::min<int64_t>(kChunk, n - start));
+        widen(p + start, wide, m);
+        for (int i = 0; i < m; ++i) wide[i] /= static_cast<float>(divisor);
+        narrow(wide, p + start, m);
+      }
+    } else {
+      const ComputeType<T> d = static_cast<ComputeType<T>>(divisor);
+      for (int64_t i = 0; i < n; ++i) p[i] = store<T>(load(p[i]) / d);
+    }
   });
 }
 
