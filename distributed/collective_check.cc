@@ -41,6 +41,7 @@ std::string hint_for(Problem problem, Backend backend, Device device) {
     case Problem::kUndefined: return "the tensor is undefined";
     case Problem::kUnsupportedDType: return "its dtype is not supported by this backend";
     case Problem::kTooManyDims: return "it has more than 8 dimensions (reshape it first)";
+    case Problem::kAvgOfIntegers: return "ReduceOp::kAvg needs a floating dtype; hint: use kSum and divide";
     case Problem::kOk: break;
   }
   return "";
@@ -68,6 +69,9 @@ CollectiveRecord describe_collective(Collective collective, int32_t argument, co
     r.problem = static_cast<int32_t>(Problem::kUnsupportedDType);
   } else if (r.ndim > CollectiveRecord::kMaxDims) {
     r.problem = static_cast<int32_t>(Problem::kTooManyDims);
+  } else if (collective == Collective::kAllReduce && argument == static_cast<int32_t>(ReduceOp::kAvg) &&
+             !is_floating(tensor.dtype())) {
+    r.problem = static_cast<int32_t>(Problem::kAvgOfIntegers);
   }
   return r;
 }

@@ -13,7 +13,7 @@
 namespace ampgrad::distributed::detail {
 
 /// Why this rank's own tensor cannot take part, found before any communication.
-enum class Problem : int32_t { kOk, kUndefined, kWrongDevice, kUnsupportedDType, kTooManyDims };
+enum class Problem : int32_t { kOk, kUndefined, kWrongDevice, kUnsupportedDType, kTooManyDims, kAvgOfIntegers };
 
 /// What one rank passed to a collective. Plain bytes: it travels as it is.
 struct CollectiveRecord {

@@ -57,18 +57,21 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
   AG_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0, "DistributedDataParallel: bucket caps ",
            "must be > 0, got bucket_cap_mb ", options.bucket_cap_mb, ", first_bucket_cap_mb ",
            options.first_bucket_cap_mb);
-  const std::vector<std::pair<std::string, Tensor>> named = module.named_parameters();
-  check_replicas(named);
-  for (const auto& [name, p] : named) {
+  // A child that does not own the module: the caller keeps it (and its own handles to it).
+  register_module("module", std::shared_ptr<nn::Module>(&module, [](nn::Module*) {}));
+  check_replicas();
+  for (const auto& [name, p] : module.named_parameters()) {
     if (!p.requires_grad()) continue;  // frozen parameters are neither reduced nor waited for
     names_.push_back(name);
     params_.push_back(p);
+    layouts_.push_back(p.to_string());
   }
   if (options.broadcast_parameters) {
     std::vector<std::shared_ptr<Work>> works;
-    for (const auto& [name, p] : named) {
-      Tensor t = p;
-      works.push_back(group.broadcast_async(t, 0, CheckAcrossRanks::kNo));  // layouts checked above
+    for (auto named : {module.named_parameters(), module.named_buffers()}) {
+      for (auto& [name, t] : named) {
+        works.push_back(group.broadcast_async(t, 0, CheckAcrossRanks::kNo));  // layouts checked above
+      }
     }
     for (auto& work : works) work->wait();
   }
@@ -85,11 +88,13 @@ DistributedDataParallel::~DistributedDataParallel() {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].remove_post_accumulate_grad_hook(hook_ids_[i]);
 }
 
-void DistributedDataParallel::check_replicas(const std::vector<std::pair<std::string, Tensor>>& named) {
-  // Every rank's parameter list, gathered, so that a difference is an error on every rank (a
-  // mismatch found by one rank alone would leave the others waiting in a collective).
+void DistributedDataParallel::check_replicas() {
+  // Every rank's parameter and buffer list, gathered, so that a difference is an error on every
+  // rank (a mismatch found by one rank alone would leave the others waiting in a collective).
+  const nn::Named<Tensor> params = module_.named_parameters(), buffers = module_.named_buffers();
   std::ostringstream mine;
-  for (const auto& [name, p] : named) mine << describe(name, p) << '\n';
+  for (const auto& [name, p] : params) mine << describe(name, p) << '\n';
+  for (const auto& [name, b] : buffers) mine << "buffer " << describe(name, b) << '\n';
   const std::vector<std::string> all = group_.all_gather_bytes(mine.str());
   const auto lines = [](const std::string& text) {
     std::vector<std::string> out;
@@ -109,7 +114,7 @@ void DistributedDataParallel::check_replicas(const std::vector<std::pair<std::st
             "' on rank ", r, " (rank 0 has ", reference.size(), " parameters, rank ", r, " has ", theirs.size(),
             "); hint: build the same model, with the same dtypes and devices, on every rank before wrapping it");
   }
-  for (const auto& [name, p] : named) {
+  for (const auto& [name, p] : params) {
     AG_CHECK(p.device() == group_.device(), "DistributedDataParallel: parameter ", describe(name, p), " is on ",
              p.device(), ", but this ", backend_name(group_.backend()), " process group reduces ", group_.device(),
              " tensors; hint: ", group_.device() == Device::kCPU ? "use Backend::kNCCL for a model on the GPU"
@@ -147,8 +152,18 @@ void DistributedDataParallel::build_buckets() {
   stats_.buckets = static_cast<int64_t>(buckets_.size());
 }
 
-std::vector<std::pair<std::string, Tensor>> DistributedDataParallel::named_parameters() const {
-  return module_.named_parameters();
+void DistributedDataParallel::check_unchanged() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    AG_CHECK(params_[i].to_string() == layouts_[i], "DistributedDataParallel: parameter ", names_[i], " was ",
+             layouts_[i], " when wrapped and is now ", params_[i].to_string(), "; hint: convert the model (to()) ",
+             "before wrapping it, and wrap it again after any change");
+  }
+}
+
+void DistributedDataParallel::broadcast_buffers() {
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& [name, b] : module_.named_buffers()) works.push_back(group_.broadcast_async(b, 0, CheckAcrossRanks::kNo));
+  for (auto& work : works) work->wait();
 }
 
 void DistributedDataParallel::check_usable() const {
@@ -166,6 +181,7 @@ std::string DistributedDataParallel::unready_parameters() const {
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   check_usable();
+  check_unchanged();
   if (armed_ && ready_count_ > 0) {
     // The previous backward reduced some buckets but not all: finish what is in flight (every rank
     // launched the same buckets), then report the parameters that got no gradient.
@@ -190,6 +206,7 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
       bucket.work.reset();
     }
   }
+  if (options_.broadcast_buffers) broadcast_buffers();
   return module_.forward(x);
 }
 

@@ -19,8 +19,12 @@ struct DataParallelOptions {
   double bucket_cap_mb = 25.0;
   /// The first bucket is smaller, so the first all-reduce starts early in backward (PyTorch's 1 MiB).
   double first_bucket_cap_mb = 1.0;
-  /// Copy rank 0's parameters to every rank at construction (what makes the replicas start equal).
+  /// Copy rank 0's parameters and buffers to every rank at construction (what makes the replicas
+  /// start equal).
   bool broadcast_parameters = true;
+  /// Copy rank 0's buffers to every rank before each forward (PyTorch's broadcast_buffers), so
+  /// state a forward updates (running statistics) stays that of rank 0. Costs nothing without buffers.
+  bool broadcast_buffers = true;
   /// false: every bucket is reduced after the whole backward, none during it (to measure what
   /// overlapping buys; the results are the same bits).
   bool overlap = true;
@@ -37,11 +41,15 @@ struct DataParallelStats {
   double total_wait_seconds = 0.0;
 };
 
+/// A Module whose only child is the wrapped module, registered as "module" (so named_parameters()
+/// and state_dict() say "module.0.weight", as PyTorch's DDP does; checkpoint the inner module for
+/// the plain names).
 class DistributedDataParallel : public nn::Module {
  public:
-  /// Checks that every rank's module has the same parameters (names, shapes, dtypes, on the
-  /// group's device; an Error on every rank naming the first difference otherwise), broadcasts
-  /// rank 0's values, and hooks the parameters. `module` must outlive this wrapper.
+  /// Checks that every rank's module has the same parameters and buffers (names, shapes, dtypes,
+  /// on the group's device; an Error on every rank naming the first difference otherwise),
+  /// broadcasts rank 0's values, and hooks the parameters. `module` must outlive this wrapper,
+  /// and keep its dtypes and device (convert it before wrapping).
   DistributedDataParallel(nn::Module& module, ProcessGroup& group, DataParallelOptions options = {});
   /// Over the default group (init_process_group).
   explicit DistributedDataParallel(nn::Module& module, DataParallelOptions options = {});
@@ -53,7 +61,6 @@ class DistributedDataParallel : public nn::Module {
   /// Throws if the previous backward left parameters without gradients (every parameter that
   /// requires grad must take part in the loss, as with PyTorch's default find_unused_parameters=False).
   Tensor forward(const Tensor& x) override;
-  std::vector<std::pair<std::string, Tensor>> named_parameters() const override;
   nn::Module& module() { return module_; }
   ProcessGroup& group() { return group_; }
   const DataParallelStats& stats() const { return stats_; }
@@ -79,7 +86,9 @@ class DistributedDataParallel : public nn::Module {
 
  private:
   struct Bucket;
-  void check_replicas(const std::vector<std::pair<std::string, Tensor>>& named);
+  void check_replicas();
+  void check_unchanged() const;
+  void broadcast_buffers();
   void build_buckets();
   void on_gradient_ready(size_t index);
   void launch_ready_buckets();
@@ -93,6 +102,7 @@ class DistributedDataParallel : public nn::Module {
   DataParallelOptions options_;
   std::vector<std::string> names_;
   std::vector<Tensor> params_;  // those that require grad, in module order
+  std::vector<std::string> layouts_;  // what each of params_ looked like when wrapped
   std::vector<uint64_t> hook_ids_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket

@@ -72,6 +72,9 @@ void max_wide(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = (std::isnan(a[i]) || a[i] > b[i]) ? a[i] : b[i];
 }
 
+template <typename T>
+constexpr bool kIsBuiltin = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int64_t>;
+
 // Per dtype, made on first use by the communication thread (the only one that calls MPI).
 struct DTypeOps {
   MPI_Datatype type = MPI_DATATYPE_NULL;
@@ -89,6 +92,10 @@ const DTypeOps& ops_for() {
     mpi_check(MPI_Type_commit(&t.type), "MPI_Type_commit");
     mpi_check(MPI_Op_create(&combine<T, false>, /*commute=*/1, &t.sum), "MPI_Op_create");
     mpi_check(MPI_Op_create(&combine<T, true>, /*commute=*/1, &t.max), "MPI_Op_create");
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    t.type = MPI_INT64_T;
+    t.sum = MPI_SUM;
+    t.max = MPI_MAX;
   } else {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
     t.type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
@@ -103,7 +110,7 @@ const DTypeOps& ops_for() {
 bool mpi_supports(DType dtype) {
   return visit_dtype(dtype, [](auto t) {
     using T = decltype(t);
-    return std::is_same_v<T, float> || std::is_same_v<T, double> || kIsNarrowFloat<T>;
+    return kIsBuiltin<T> || kIsNarrowFloat<T>;
   });
 }
 
@@ -112,7 +119,7 @@ MPI_Datatype mpi_datatype(DType dtype) { return mpi_reduction(dtype, ReduceOp::k
 MpiReduction mpi_reduction(DType dtype, ReduceOp op) {
   return visit_dtype(dtype, [&](auto t) -> MpiReduction {
     using T = decltype(t);
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || kIsNarrowFloat<T>) {
+    if constexpr (kIsBuiltin<T> || kIsNarrowFloat<T>) {
       const DTypeOps& ops = ops_for<T>();
       const bool avg = op == ReduceOp::kAvg;
       return {.type = ops.type, .op = op == ReduceOp::kMax ? ops.max : ops.sum,

@@ -22,7 +22,8 @@ struct MpiReduction {
   bool divide_after;
 };
 
-/// Whether MPI groups reduce and broadcast this dtype (every floating dtype of the dtype table).
+/// Whether MPI groups reduce and broadcast this dtype (every dtype of the dtype table: the
+/// floating ones and int64; kAvg takes floating dtypes only).
 bool mpi_supports(DType dtype);
 /// The datatype of one element (16-bit floats: 2 opaque bytes). Communication thread only.
 MPI_Datatype mpi_datatype(DType dtype);

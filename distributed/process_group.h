@@ -65,7 +65,8 @@ class ProcessGroup {
   virtual Device device() const = 0;
 
   /// In place: tensor = op(tensor of every rank). Same shape and dtype on every rank.
-  /// Supports float32, float16 and float64 (16-bit dtypes are summed in float32, see ReduceOp).
+  /// Supports float32, float16, float64 (16-bit dtypes are summed in float32, see ReduceOp) and
+  /// int64 (kSum, kMax).
   virtual std::shared_ptr<Work> all_reduce_async(Tensor& tensor, ReduceOp op,
                                                  CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::kSum) { all_reduce_async(tensor, op)->wait(); }

@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
 
     int first_epoch = 0;
     if (!args.resume.empty()) {
-      ag::checkpoint::TrainingState state{.model = &ddp, .optimizer = &opt, .scaler = &scaler};
+      // The inner model, so that the file has PyTorch's plain names ("0.weight", not "module.0.weight").
+      ag::checkpoint::TrainingState state{.model = &model, .optimizer = &opt, .scaler = &scaler};
       dist::load_checkpoint(args.resume, state, world);
       first_epoch = std::stoi(state.user_metadata.at("epoch"));
     }
@@ -151,7 +152,7 @@ int main(int argc, char** argv) {
       }
       if (!args.checkpoint.empty()) {
         dist::save_checkpoint(args.checkpoint,
-                              {.model = &ddp, .optimizer = &opt, .scaler = &scaler,
+                              {.model = &model, .optimizer = &opt, .scaler = &scaler,
                                .user_metadata = {{"epoch", std::to_string(epoch + 1)}}},
                               world);
       }

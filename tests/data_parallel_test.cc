@@ -24,6 +24,9 @@
 #include "framework/autograd.h"
 #include "framework/copy.h"
 #include "framework/error.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/linear.h"
 #include "nn/module.h"
 #include "ops/ops.h"
 #include "optim/adam.h"
@@ -168,7 +171,71 @@ TEST(DataParallelReplicas, StartAsRankZerosModel) {
   dist::DistributedDataParallel ddp(model, world());
   EXPECT_TRUE(replicas_identical(model));
   EXPECT_EQ(snapshot(model), rank0);
-  EXPECT_EQ(ddp.named_parameters().size(), model.named_parameters().size());
+  // The wrapped module is the wrapper's child "module", as in PyTorch.
+  const auto names = ddp.named_parameters();
+  ASSERT_EQ(names.size(), model.named_parameters().size());
+  EXPECT_EQ(names[0].first, "module.0.weight");
+  EXPECT_TRUE(names[0].second.is_same(model.parameters()[0]));
+}
+
+// A layer with a float buffer and an int64 buffer, both different on every rank.
+class WithBuffers : public ag::nn::Module {
+ public:
+  explicit WithBuffers(int rank)
+      : lin(register_module("lin", ag::nn::Linear(8, 1))),
+        gain(register_buffer("gain", ag::full({1}, 1.0 + rank))),
+        seen(register_buffer("seen", Tensor::from_vector(std::vector<int64_t>{rank, 7}, {2}))) {}
+  Tensor forward(const Tensor& x) override { return lin(x) * gain; }
+  ag::nn::Linear lin;
+  Tensor& gain;
+  Tensor& seen;
+};
+
+TEST(DataParallelReplicas, BuffersAreRankZerosAtConstructionAndBeforeEachForward) {
+  WithBuffers model(world().rank());
+  dist::DistributedDataParallel ddp(model, world());
+  EXPECT_EQ(model.gain.to_vector(), (std::vector<float>{1.0f}));
+  EXPECT_EQ(model.seen.to_double_vector(), (std::vector<double>{0, 7}));
+  ag::copy_(model.gain, ag::full({1}, 5.0 + world().rank()));  // drifts apart, as running stats would
+  ddp(shared_data().batch_x(0, 4));
+  EXPECT_EQ(model.gain.to_vector(), (std::vector<float>{5.0f}));
+  EXPECT_TRUE(replicas_identical(model));
+}
+
+TEST(DataParallelReplicas, TiedWeightsAreReducedOnceAndMatchOneProcess) {
+  // One Linear used twice: its gradient has two contributions and must be averaged once, whole.
+  const auto run = [](bool distributed) {
+    ag::manual_seed(9);
+    ag::nn::Linear shared(8, 8);
+    ag::nn::Sequential model{shared, ag::nn::ReLU(), shared, ag::nn::Linear(8, 1)};
+    std::unique_ptr<dist::DistributedDataParallel> ddp;
+    if (distributed) ddp = std::make_unique<dist::DistributedDataParallel>(model, world());
+    ag::nn::Module& net = ddp ? static_cast<ag::nn::Module&>(*ddp) : model;
+    ag::optim::SGD opt(model.parameters(), {.lr = 0.05});
+    const int n = world().size(), r = world().rank();
+    for (int step = 0; step < 10; ++step) {
+      const int64_t rows = distributed ? 8 : 8 * n, begin = step * 8 * n + (distributed ? 8 * r : 0);
+      opt.zero_grad();
+      ag::ops::mse_loss(net(shared_data().batch_x(begin, rows)), shared_data().batch_y(begin, rows)).backward();
+      opt.step();
+    }
+    EXPECT_EQ(model.parameters().size(), 4u);  // the shared weight and bias once
+    if (ddp) {
+      EXPECT_EQ(ddp->stats().syncs, 10);
+      EXPECT_TRUE(replicas_identical(model));
+    }
+    return snapshot(model);
+  };
+  const auto ddp = run(true);
+  EXPECT_LE(max_relative_difference(ddp, run(false)), 1e-6);
+}
+
+TEST(DataParallelReplicas, ChangingTheModelAfterWrappingIsAnError) {
+  ag::nn::Sequential model = make_mlp(1);
+  dist::DistributedDataParallel ddp(model, world());
+  model.to(DType::kFloat16);
+  EXPECT_ERROR([&] { ddp(shared_data().batch_x(0, 4)); }, "parameter 0.weight was Tensor[32, 8] float32 cpu when",
+               "now Tensor[32, 8] float16 cpu", "convert the model (to()) before wrapping it");
 }
 
 TEST(DataParallelReplicas, BucketsAndOverlapDoNotChangeABit) {
@@ -284,15 +351,12 @@ TEST(DataParallelErrors, ModelsThatDifferAcrossRanksAreAnErrorOnEveryRank) {
   EXPECT_ERROR([&] { dist::DistributedDataParallel ddp(typed, world()); }, "float16");
 }
 
-// A module whose second parameter never takes part in the loss.
+// A module whose second layer never takes part in the loss.
 class WithUnused : public ag::nn::Module {
  public:
-  WithUnused() : used(8, 1), unused(8, 1) {}
+  WithUnused()
+      : used(register_module("used", ag::nn::Linear(8, 1))), unused(register_module("unused", ag::nn::Linear(8, 1))) {}
   Tensor forward(const Tensor& x) override { return used(x); }
-  std::vector<std::pair<std::string, Tensor>> named_parameters() const override {
-    return {{"used.weight", used.weight}, {"used.bias", used.bias}, {"unused.weight", unused.weight},
-            {"unused.bias", unused.bias}};
-  }
   ag::nn::Linear used, unused;
 };
 

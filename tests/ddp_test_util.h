@@ -14,6 +14,9 @@
 #include "distributed/process_group.h"
 #include "framework/random.h"
 #include "framework/tensor.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/linear.h"
 #include "nn/module.h"
 
 namespace ampgrad::ddp_testing {

@@ -63,6 +63,21 @@ TEST(ProcessGroup, AllReduceSumAvgMaxInEveryDtype) {
   }
 }
 
+TEST(ProcessGroup, Int64SumMaxAndBroadcastButNoAverage) {
+  const int n = world().size(), r = world().rank();
+  Tensor t = Tensor::from_vector(std::vector<int64_t>{r, int64_t{1} << 40, -r}, {3});
+  Tensor m = Tensor::from_vector(std::vector<int64_t>{1}, {1});
+  world().all_reduce(t, dist::ReduceOp::kSum);
+  EXPECT_EQ(t.to_double_vector(), (std::vector<double>{n * (n - 1) / 2.0, n * 0x1p40, -n * (n - 1) / 2.0}));
+  Tensor mx = Tensor::from_vector(std::vector<int64_t>{r, -r}, {2});
+  world().all_reduce(mx, dist::ReduceOp::kMax);
+  EXPECT_EQ(mx.to_double_vector(), (std::vector<double>{n - 1.0, 0.0}));
+  Tensor b = Tensor::from_vector(std::vector<int64_t>{r + 100}, {1});
+  world().broadcast(b, n - 1);
+  EXPECT_EQ(b.to_double_vector(), (std::vector<double>{n + 99.0}));
+  EXPECT_ERROR([&] { world().all_reduce(m, dist::ReduceOp::kAvg); }, "kAvg needs a floating dtype");
+}
+
 TEST(ProcessGroup, Float16AverageDividesFirstSoItCannotOverflowWhereTheSumWould) {
   // 60000 on every rank: the sum (>= 120000) overflows float16 (max 65504), the average does not.
   Tensor avg = ag::full({3}, 60000.0, DType::kFloat16);
