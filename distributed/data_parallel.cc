@@ -108,18 +108,21 @@ void DistributedDataParallel::check_replicas() {
     const std::vector<std::string> theirs = lines(all[r]);
     size_t k = 0;
     while (k < reference.size() && k < theirs.size() && reference[k] == theirs[k]) ++k;
-    AG_FAIL("DistributedDataParallel on ", group_.rank() == 0 ? "rank 0" : "every rank",
-            ": the ranks' models differ: parameter ", k, " is '",
-            k < reference.size() ? reference[k] : "(none)", "' on rank 0 but '", k < theirs.size() ? theirs[k] : "(none)",
-            "' on rank ", r, " (rank 0 has ", reference.size(), " parameters, rank ", r, " has ", theirs.size(),
-            "); hint: build the same model, with the same dtypes and devices, on every rank before wrapping it");
+    AG_FAIL("DistributedDataParallel: the ranks' models differ: rank 0 has '",
+            k < reference.size() ? reference[k] : "(nothing)", "' where rank ", r, " has '",
+            k < theirs.size() ? theirs[k] : "(nothing)", "' (entry ", k, "; rank 0 lists ", reference.size(),
+            " parameters and buffers, rank ", r, " lists ", theirs.size(), "); hint: build the same model, with the ",
+            "same dtypes and devices, on every rank before wrapping it");
   }
-  for (const auto& [name, p] : params) {
-    AG_CHECK(p.device() == group_.device(), "DistributedDataParallel: parameter ", describe(name, p), " is on ",
-             p.device(), ", but this ", backend_name(group_.backend()), " process group reduces ", group_.device(),
-             " tensors; hint: ", group_.device() == Device::kCPU ? "use Backend::kNCCL for a model on the GPU"
-                                                                 : "use Backend::kMPI for a model on the CPU",
-             ", or move the model with model.to(Device::k", group_.device() == Device::kCPU ? "CPU" : "CUDA", ")");
+  for (const nn::Named<Tensor>* named : {&params, &buffers}) {
+    for (const auto& [name, t] : *named) {
+      AG_CHECK(t.device() == group_.device(), "DistributedDataParallel: ", named == &params ? "parameter " : "buffer ",
+               describe(name, t), " is on ", t.device(), ", but this ", backend_name(group_.backend()),
+               " process group reduces ", group_.device(), " tensors; hint: ",
+               group_.device() == Device::kCPU ? "use Backend::kNCCL for a model on the GPU"
+                                               : "use Backend::kMPI for a model on the CPU",
+               ", or move the model with model.to(Device::k", group_.device() == Device::kCPU ? "CPU" : "CUDA", ")");
+    }
   }
 }
 

@@ -344,8 +344,8 @@ TEST(DataParallelErrors, ModelsThatDifferAcrossRanksAreAnErrorOnEveryRank) {
   const bool last = world().rank() == world().size() - 1;
   ag::nn::Sequential model{ag::nn::Linear(8, last ? 33 : 32), ag::nn::ReLU(), ag::nn::Linear(last ? 33 : 32, 1)};
   EXPECT_ERROR([&] { dist::DistributedDataParallel ddp(model, world()); }, "the ranks' models differ",
-               "parameter 0 is '0.weight: Tensor[32, 8] float32 cpu' on rank 0",
-               "'0.weight: Tensor[33, 8] float32 cpu' on rank");
+               "rank 0 has '0.weight: Tensor[32, 8] float32 cpu' where rank",
+               " has '0.weight: Tensor[33, 8] float32 cpu' (entry 0;");
   ag::nn::Sequential typed = make_mlp(1);
   if (last) typed.to(DType::kFloat16);
   EXPECT_ERROR([&] { dist::DistributedDataParallel ddp(typed, world()); }, "float16");
