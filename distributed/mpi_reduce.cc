@@ -8,15 +8,15 @@
 
 #include "distributed/mpi_runtime.h"
 #include "framework/error.h"
+#include "framework/bfloat16.h"
 #include "framework/half.h"
 
 namespace ampgrad::distributed::detail {
 
 namespace {
 
-// A 16-bit float: stored narrow, computed in float32. Adding a dtype to the dtype table (BF16 next)
-// makes it one of these through its Storage/Compute types, with nothing to add here; only the
-// bulk conversions below are specific to Half, for speed.
+// A 16-bit float (float16, bfloat16): stored narrow, computed in float32, through the dtype table's
+// Storage/Compute types; only the bulk conversions below are specific to each, for speed.
 template <typename T>
 constexpr bool kIsNarrowFloat = !std::is_same_v<T, ComputeType<T>> && std::is_same_v<ComputeType<T>, float>;
 
@@ -26,6 +26,8 @@ template <typename T>
 void widen(const T* src, float* dst, int n) {
   if constexpr (std::is_same_v<T, Half>) {
     half_to_float(src, dst, static_cast<size_t>(n));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    bfloat16_to_float(src, dst, static_cast<size_t>(n));
   } else {
     for (int i = 0; i < n; ++i) dst[i] = load(src[i]);
   }
@@ -35,6 +37,8 @@ template <typename T>
 void narrow(const float* src, T* dst, int n) {
   if constexpr (std::is_same_v<T, Half>) {
     float_to_half(src, dst, static_cast<size_t>(n));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    float_to_bfloat16(src, dst, static_cast<size_t>(n));
   } else {
     for (int i = 0; i < n; ++i) dst[i] = store<T>(src[i]);
   }

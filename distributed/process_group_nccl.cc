@@ -80,15 +80,16 @@ ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return ncclFloat32;
     case DType::kFloat16: return ncclFloat16;  // NCCL sums half in float per step
+    case DType::kBFloat16: return ncclBfloat16;
     case DType::kFloat64: return ncclFloat64;
     case DType::kInt64: return ncclInt64;
-      // A new low-precision dtype adds its case here (BF16: ncclBfloat16) and in nccl_supports.
   }
   AG_FAIL("ampgrad.distributed: NCCL groups do not handle dtype ", dtype);
 }
 
 bool nccl_supports(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kFloat64 || dtype == DType::kInt64;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat64 || dtype == DType::kInt64;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {

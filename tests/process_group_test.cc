@@ -50,7 +50,7 @@ TEST(ProcessGroup, RankAndSizeMatchTheJob) {
 TEST(ProcessGroup, AllReduceSumAvgMaxInEveryDtype) {
   const int n = world().size();
   const double s = n * (n + 1) / 2.0;  // sum of r + 1 over ranks
-  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
+  for (DType dtype : ag::kFloatingDTypes) {
     SCOPED_TRACE(ag::dtype_name(dtype));
     Tensor sum = rank_values(dtype), avg = rank_values(dtype), max = rank_values(dtype);
     world().all_reduce(sum, dist::ReduceOp::kSum);
@@ -90,7 +90,7 @@ TEST(ProcessGroup, Float16AverageDividesFirstSoItCannotOverflowWhereTheSumWould)
 
 TEST(ProcessGroup, InfAndNaNPropagateThroughEveryReduction) {
   const float kInf = std::numeric_limits<float>::infinity();
-  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (dist::ReduceOp op : {dist::ReduceOp::kSum, dist::ReduceOp::kAvg, dist::ReduceOp::kMax}) {
       SCOPED_TRACE(std::string(ag::dtype_name(dtype)) + " " + std::string(dist::reduce_op_name(op)));
       // Only the last rank has the inf and the NaN: every rank must see them.
@@ -108,7 +108,7 @@ TEST(ProcessGroup, InfAndNaNPropagateThroughEveryReduction) {
 TEST(ProcessGroup, ResultsAreBitIdenticalOnEveryRank) {
   // Random values (different per rank) summed in an order MPI picks: every rank must still get
   // the same bits, or data-parallel replicas would drift apart.
-  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     SCOPED_TRACE(ag::dtype_name(dtype));
     ag::manual_seed(100 + world().rank());
     Tensor t = ag::randn({1000, 37}, dtype);
@@ -120,7 +120,7 @@ TEST(ProcessGroup, ResultsAreBitIdenticalOnEveryRank) {
 
 TEST(ProcessGroup, BroadcastFromEveryRoot) {
   for (int root = 0; root < world().size(); ++root) {
-    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kFloat64}) {
+    for (DType dtype : ag::kFloatingDTypes) {
       Tensor t = rank_values(dtype);
       world().broadcast(t, root);
       const float v = static_cast<float>(root + 1);
