@@ -63,6 +63,40 @@ void SavedTensors::release() {
 
 Node::Node() : sequence_nr_(tape_position.fetch_add(1, std::memory_order_relaxed)) {}
 
+// By the time this runs, the subclass's saved tensors are gone; their grad_fns went through
+// release_node (from ~TensorImpl) as well.
+Node::~Node() {
+  for (Edge& edge : next_edges) release_node(edge.node);
+}
+
+namespace {
+// The release running on this thread, if any: nodes whose last owner let go while it runs wait
+// here and are freed by its loop, one at a time. A raw pointer to the outermost call's local
+// queue: trivially destructible, so tensors freed during thread exit can still read it.
+constinit thread_local std::vector<std::shared_ptr<Node>>* release_queue = nullptr;
+}  // namespace
+
+void detail::release_last_owner(std::shared_ptr<Node>& node) noexcept {
+  if (release_queue != nullptr) {
+    try {
+      if (release_queue->capacity() == 0) release_queue->reserve(32);  // one allocation for a typical graph
+      release_queue->push_back(std::move(node));  // strong guarantee: on failure node is intact
+    } catch (...) {
+      node.reset();  // out of memory: free it here, recursing one level
+    }
+    return;
+  }
+  std::vector<std::shared_ptr<Node>> queue;
+  release_queue = &queue;
+  node.reset();  // its destructor queues whatever it alone held
+  while (!queue.empty()) {
+    std::shared_ptr<Node> next = std::move(queue.back());
+    queue.pop_back();
+    next.reset();
+  }
+  release_queue = nullptr;
+}
+
 namespace detail {
 
 void check_integer_inputs(const OpInfo& info, std::span<const Tensor> inputs) {

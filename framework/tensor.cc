@@ -23,6 +23,8 @@ Storage::Storage(size_t nbytes_in, Allocator& pinned_host)
 
 Storage::~Storage() { allocator->deallocate(data, nbytes); }
 
+TensorImpl::~TensorImpl() { release_node(grad_fn); }
+
 int64_t shape_numel(const Shape& shape) {
   bool empty = false;
   for (int64_t d : shape) {

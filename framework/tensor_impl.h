@@ -30,6 +30,12 @@ struct Storage {
 struct PostAccumulateGradHooks;  // autograd.h
 
 struct TensorImpl {
+  TensorImpl() = default;
+  /// Frees grad_fn's graph through release_node: iteratively, however long its history.
+  ~TensorImpl();
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
+
   std::shared_ptr<Storage> storage;
   Shape shape;
   int64_t numel = 0;
