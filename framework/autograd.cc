@@ -3,7 +3,10 @@
 #include "framework/autograd.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstdint>
+#include <mutex>
 
 #include "framework/autocast.h"
 #include "framework/copy.h"
@@ -119,6 +122,15 @@ Edge edge_to(const Tensor& input) {
 
 namespace {
 
+// Graphs that share a leaf may run backward on several threads at once (PyTorch allows it), so
+// accumulation into a leaf holds that leaf's lock: a stripe of a fixed table picked by the leaf's
+// address, so TensorImpl carries no mutex. Uncontended it is one atomic pair per leaf per backward.
+std::mutex& leaf_lock(const TensorImpl& leaf) {
+  static std::array<std::mutex, 64> locks;
+  const auto address = reinterpret_cast<uintptr_t>(&leaf);
+  return locks[(address >> 4) * 0x9e3779b97f4a7c15u >> 58];  // Fibonacci hashing onto 64 stripes
+}
+
 // A first gradient that nothing else can see (no other handle, no shared storage, no history)
 // becomes the leaf's grad as it is, as in PyTorch; anything else is copied, since it may be shared
 // with other consumers. Taking it saves a full copy of every weight gradient per step.
@@ -130,6 +142,7 @@ void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad, uint64_t pass) {
   }
   Tensor g = std::move(grad);
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);  // a leaf's gradient has the leaf's dtype
+  std::lock_guard lock(leaf_lock(leaf));
   if (leaf.grad.defined()) return accumulate_(leaf.grad, g);
   const TensorImpl& gi = *g.impl();
   const bool unshared = g.impl_ptr().use_count() == 1 && gi.storage.use_count() == 1 && !gi.grad_fn &&
