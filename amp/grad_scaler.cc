@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <limits>
 
 #include "amp/found_inf_sync.h"
 #include "amp/unscale.h"
@@ -12,6 +13,18 @@
 
 namespace ampgrad::amp {
 
+namespace {
+// scale() multiplies a float32 loss (a float16 one is widened first) by the scale as a float32,
+// and backward multiplies by it again in float32, so the scale must be a normal float: above
+// float's max it is inf (every step would overflow), below its smallest normal it loses bits and
+// under 2^-149 becomes 0 (every gradient silently zero). Growth stops below the top; a backoff
+// is clamped at the bottom.
+constexpr double kSmallestScale = std::numeric_limits<float>::min();  // 2^-126
+constexpr double kLargestScale = std::numeric_limits<float>::max();   // (2 - 2^-23) 2^127
+
+bool representable(double scale) { return scale >= kSmallestScale && scale <= kLargestScale; }
+}  // namespace
+
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
   validate(options);
 }
@@ -19,6 +32,8 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
 void GradScaler::validate(const GradScalerOptions& o) {
   AG_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0, "GradScaler: init_scale must be finite and > 0, got ",
            o.init_scale);
+  AG_CHECK(representable(o.init_scale), "GradScaler: init_scale ", o.init_scale, " is outside [", kSmallestScale, ", ",
+           kLargestScale, "], the normal float32 range the scaled loss is computed in");
   AG_CHECK(std::isfinite(o.growth_factor) && o.growth_factor > 1, "GradScaler: growth_factor must be > 1, got ",
            o.growth_factor);
   AG_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, "GradScaler: backoff_factor must be in (0, 1), got ",
@@ -82,6 +97,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   diagnose(opt.parameters(), indices, grads, outs, found_inf, measure ? &counts : nullptr);
   it.stage = Stage::kUnscaled;
   it.found_inf = found_inf;
+  it.grads_checked = grads.size();
 }
 
 bool GradScaler::step(optim::Optimizer& opt) {
@@ -95,6 +111,10 @@ bool GradScaler::step(optim::Optimizer& opt) {
            "optimizer since the last update(); hint: call scaler.update() once per iteration");
   if (iterations_[&opt].stage == Stage::kReady) unscale_(opt);
   Iteration& it = iterations_[&opt];
+  // Nothing was checked, so nothing says the step is clean: counting it would grow the scale.
+  AG_CHECK(it.grads_checked > 0, "GradScaler::step: no inf/NaN check was recorded for this optimizer: none of its ",
+           opt.parameters().size(), " parameters has a gradient; hint: run scaler.scale(loss).backward() on a loss ",
+           "that uses them, and do not zero_grad() between backward and step");
   it.stage = Stage::kStepped;
   if (it.found_inf) {
     // Skip: drop the unscaled FP32 gradients so nothing stale reaches a later step.
@@ -112,16 +132,19 @@ void GradScaler::update() {
   if (!options_.enabled) return;
   AG_CHECK(scaled_this_iteration_, "GradScaler::update: scale() was not called since the last update(); ",
            "hint: the order is scale(loss).backward(), step(opt), update()");
-  AG_CHECK(!iterations_.empty(), "GradScaler::update: no inf/NaN check was recorded in this iteration; ",
-           "hint: call scaler.step(opt) (or unscale_) before update()");
-  bool found_inf = false;
-  for (const auto& [opt, it] : iterations_) found_inf |= it.found_inf;
+  bool found_inf = false, checked = false;
+  for (const auto& [opt, it] : iterations_) {
+    found_inf |= it.found_inf;
+    checked |= it.grads_checked > 0;
+  }
+  AG_CHECK(checked, "GradScaler::update: no inf/NaN check was recorded in this iteration; ",
+           "hint: call scaler.step(opt) (or unscale_) on an optimizer whose parameters have gradients before update()");
   if (found_inf) {
     set_scale(scale_ * options_.backoff_factor);
     growth_tracker_ = 0;
   } else if (++growth_tracker_ == options_.growth_interval) {
     const double grown = scale_ * options_.growth_factor;
-    if (std::isfinite(grown)) set_scale(grown);
+    if (grown <= kLargestScale) set_scale(grown);  // else it stays: a float32 inf would overflow every step
     growth_tracker_ = 0;
   }
   ++iteration_;
@@ -132,13 +155,16 @@ void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
   AG_CHECK(std::isfinite(new_scale) && new_scale > 0, "GradScaler::update(new_scale): must be finite and > 0, got ",
            new_scale);
+  AG_CHECK(representable(new_scale), "GradScaler::update(new_scale): ", new_scale, " is outside [", kSmallestScale,
+           ", ", kLargestScale, "], the normal float32 range the scaled loss is computed in");
   set_scale(new_scale);
   ++iteration_;
   start_next_iteration();
 }
 
 void GradScaler::set_scale(double scale) {
-  scale_ = std::clamp(scale, options_.min_scale, options_.max_scale);
+  // The bounds meet: validate() put init_scale inside both ranges.
+  scale_ = std::clamp(scale, std::max(options_.min_scale, kSmallestScale), std::min(options_.max_scale, kLargestScale));
   if (scale_ < 1.0 && !warned_below_one_) {
     warned_below_one_ = true;
     std::cerr << "ampgrad: GradScaler scale fell below 1 (" << scale_ << "): gradients overflow even unscaled; "
@@ -159,16 +185,20 @@ GradScalerState GradScaler::state() const {
 }
 
 void GradScaler::load_state(const GradScalerState& state) {
+  if (!options_.enabled) return;  // a pass-through has no schedule to restore
+  AG_CHECK(state.options.enabled, "GradScaler::load_state: the state comes from a disabled GradScaler, which has no ",
+           "scale to resume, and this one is enabled; hint: construct the scaler with the options you want ",
+           "(enabled is never loaded), and skip load_state when the saved run did not scale");
   validate(state.options);
-  AG_CHECK(std::isfinite(state.scale) && state.scale > 0, "GradScaler::load_state: scale must be finite and > 0, got ",
-           state.scale);
+  AG_CHECK(std::isfinite(state.scale) && state.scale > 0 && representable(state.scale),
+           "GradScaler::load_state: scale must be in [", kSmallestScale, ", ", kLargestScale, "], got ", state.scale);
   AG_CHECK(state.scale >= state.options.min_scale && state.scale <= state.options.max_scale,
            "GradScaler::load_state: scale ", state.scale, " must lie in [min_scale, max_scale] = [",
            state.options.min_scale, ", ", state.options.max_scale, "]");
   AG_CHECK(state.growth_tracker >= 0 && state.growth_tracker < state.options.growth_interval,
            "GradScaler::load_state: growth_tracker ", state.growth_tracker, " must be in [0, growth_interval = ",
            state.options.growth_interval, ")");
-  options_ = state.options;
+  options_ = state.options;  // enabled in both, as checked above
   scale_ = state.scale;
   growth_tracker_ = state.growth_tracker;
   start_next_iteration();

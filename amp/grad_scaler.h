@@ -43,7 +43,9 @@ struct GradScalerState {
 
 /// The loop:  scaler.scale(loss).backward();  [scaler.unscale_(opt); clip]  scaler.step(opt);  scaler.update();
 /// update(): on inf/NaN, scale *= backoff and the growth tracker resets (that step was skipped);
-/// otherwise the tracker counts clean steps and at growth_interval the scale *= growth (if finite).
+/// otherwise the tracker counts clean steps and at growth_interval the scale *= growth. The scale
+/// stays a normal float32 (scale() multiplies in float32): growth that would pass float's max is
+/// not applied, and a backoff below 2^-126 stops there.
 /// Per optimizer and iteration: READY -unscale_-> UNSCALED -step-> STEPPED; misuse throws.
 class GradScaler {
  public:
@@ -58,11 +60,13 @@ class GradScaler {
   /// data-parallel training every rank skips or steps together.
   void unscale_(optim::Optimizer& opt);
   /// Unscales if not done yet, then steps opt unless an inf/NaN was found. Returns whether it stepped;
-  /// a skipped step leaves parameters, masters and optimizer state untouched.
+  /// a skipped step leaves parameters, masters and optimizer state untouched. Throws when none of
+  /// opt's parameters has a gradient (no inf/NaN check was recorded: as PyTorch, not a clean step).
   bool step(optim::Optimizer& opt);
-  /// Applies the schedule (see above) and starts the next iteration.
+  /// Applies the schedule (see above) and starts the next iteration. Throws unless some optimizer
+  /// had gradients checked in this iteration.
   void update();
-  /// Sets the scale directly (finite, > 0) and starts the next iteration.
+  /// Sets the scale directly (a normal float32: in [2^-126, float's max]) and starts the next iteration.
   void update(double new_scale);
 
   double get_scale() const;  // 1.0 when disabled
@@ -71,6 +75,9 @@ class GradScaler {
   const GradScalerOptions& options() const { return options_; }
 
   GradScalerState state() const;
+  /// Restores the scale, growth tracker and schedule options from state(). `enabled` stays the
+  /// constructor's choice: a disabled scaler ignores the call (as PyTorch's), and an enabled one
+  /// refuses the state of a disabled scaler, which holds no schedule (scaling would silently stop).
   void load_state(const GradScalerState& state);
 
   // Diagnostics (README, "AMP diagnostics"); none of them changes what the scaler does.
@@ -122,6 +129,7 @@ class GradScaler {
   struct Iteration {
     Stage stage = Stage::kReady;
     bool found_inf = false;
+    size_t grads_checked = 0;  // gradients unscale_ checked: none means nothing to step on
   };
   static void validate(const GradScalerOptions& options);
   void set_scale(double scale);

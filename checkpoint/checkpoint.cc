@@ -152,6 +152,11 @@ void load_checkpoint(const std::string& path, TrainingState& state) {
   amp::GradScalerState scaler_state;
   if (state.scaler != nullptr) {
     scaler_state = detail::scaler_from_json(parse_metadata_json(file, "ampgrad.scaler", path), path);
+    // `enabled` is the user's choice, never the file's (GradScaler::load_state enforces it too).
+    AG_CHECK(scaler_state.options.enabled || !state.scaler->is_enabled(), "load_checkpoint(", path,
+             "): the file was saved with a disabled GradScaler, which has no scale to resume, but this scaler ",
+             "is enabled; resuming would silently stop loss scaling; hint: pass TrainingState::scaler = nullptr ",
+             "to keep this scaler's own schedule");
   }
   optim::LRSchedulerState scheduler_state;
   if (state.scheduler != nullptr) {

@@ -259,6 +259,29 @@ TEST_F(CheckpointFileTest, BadCheckpointsAreRefusedAndChangeNothing) {
   EXPECT_EQ(target.parameter_values(), source.parameter_values());
 }
 
+TEST_F(CheckpointFileTest, ScalerEnabledIsNeverTakenFromTheFile) {
+  ag::manual_seed(3);
+  TrainingRun unscaled(Setup::kFp32Sgd);  // its scaler is disabled
+  unscaled.step();
+  ck::save_checkpoint(path("unscaled.safetensors"), unscaled.state());
+
+  // Resuming an FP16 run from it would silently stop scaling: refused, and nothing changes.
+  TrainingRun target(Setup::kFp32Sgd);
+  target.scaler = std::make_unique<ag::amp::GradScaler>(ag::amp::GradScalerOptions{.init_scale = 4096});
+  expect_refused(target, path("unscaled.safetensors"), "disabled GradScaler");
+  EXPECT_TRUE(target.scaler->is_enabled());
+  EXPECT_EQ(target.scaler->get_scale(), 4096.0);
+
+  // A disabled scaler ignores a saved schedule, as in PyTorch: it stays a pass-through.
+  TrainingRun scaled(Setup::kFp32Sgd);
+  scaled.scaler = std::make_unique<ag::amp::GradScaler>(ag::amp::GradScalerOptions{.init_scale = 4096});
+  ck::save_checkpoint(path("scaled.safetensors"), scaled.state());
+  ck::TrainingState state = unscaled.state();
+  ck::load_checkpoint(path("scaled.safetensors"), state);
+  EXPECT_FALSE(unscaled.scaler->is_enabled());
+  EXPECT_EQ(unscaled.scaler->get_scale(), 1.0);
+}
+
 TEST_F(CheckpointFileTest, LoadModelFillsTheSameHandles) {
   ag::manual_seed(8);
   ag::nn::Linear a(4, 3), b(4, 3);
