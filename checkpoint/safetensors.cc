@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -41,6 +43,40 @@ void write_all(int fd, const char* bytes, size_t n, const std::string& path) {
   }
 }
 
+// Where the bytes saved to `path` belong: a symbolic link (or a chain of them, even one whose
+// target does not exist yet) is followed, so that a save updates the file the link points at and
+// leaves the link a link.
+std::string resolve_links(const std::string& path) {
+  std::string current = path;
+  for (int hops = 0; hops < 40; ++hops) {  // the kernel's own limit
+    struct stat info;
+    if (::lstat(current.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return current;
+    std::string target(static_cast<size_t>(info.st_size > 0 ? info.st_size : 255) + 1, '\0');
+    const ssize_t n = ::readlink(current.c_str(), target.data(), target.size());
+    AG_CHECK(n >= 0 && static_cast<size_t>(n) < target.size(), "save_safetensors: cannot read the symbolic link ",
+             current, " (on the way to ", path, "): ", n < 0 ? std::strerror(errno) : "it changed while read");
+    target.resize(static_cast<size_t>(n));
+    current = target.front() == '/' ? target : folder_of(current) + "/" + target;
+  }
+  AG_FAIL("save_safetensors: ", path, ": too many levels of symbolic links");
+}
+
+// Creates a new, empty temporary file beside `path` and returns its descriptor. Its mode is
+// 0666 less the umask (open() applies it), as any newly written file gets; mkstemp's 0600 would
+// leave a fresh checkpoint unreadable by the group.
+int create_temporary(const std::string& path, std::string& tmp) {
+  static std::atomic<uint64_t> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const uint64_t salt = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1)) + "." +
+          std::to_string(salt % 1000000);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
 std::string little_endian_u64(uint64_t v) {
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -70,11 +106,18 @@ void save_safetensors(const std::string& path, const NamedTensors& contents) {
   std::string header_text = header.dump();
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
 
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  AG_CHECK(fd >= 0, "save_safetensors: cannot create a temporary file next to ", path, ": ", std::strerror(errno),
+  // Write beside the real file (a link's target), so the final rename stays in one filesystem.
+  const std::string target = resolve_links(path);
+  struct stat existing;
+  const bool replacing = ::stat(target.c_str(), &existing) == 0;
+  std::string tmp;
+  const int fd = create_temporary(target, tmp);
+  AG_CHECK(fd >= 0, "save_safetensors: cannot create a temporary file next to ", target, ": ", std::strerror(errno),
            "; hint: check that the folder exists and is writable");
   try {
+    // A file that is replaced keeps its permissions.
+    AG_CHECK(!replacing || ::fchmod(fd, existing.st_mode & 07777) == 0, "save_safetensors: cannot give ", tmp,
+             " the mode of ", target, ": ", std::strerror(errno));
     const std::string length = little_endian_u64(header_text.size());
     write_all(fd, length.data(), length.size(), path);
     write_all(fd, header_text.data(), header_text.size(), path);
@@ -89,13 +132,13 @@ void save_safetensors(const std::string& path, const NamedTensors& contents) {
     ::unlink(tmp.c_str());
     throw;
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    AG_FAIL("save_safetensors: renaming the finished file onto ", path, " failed: ", std::strerror(err));
+    AG_FAIL("save_safetensors: renaming the finished file onto ", target, " failed: ", std::strerror(err));
   }
   // Make the rename itself durable.
-  const int dir = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY);
+  const int dir = ::open(folder_of(target).c_str(), O_RDONLY | O_DIRECTORY);
   if (dir >= 0) {
     ::fsync(dir);
     ::close(dir);

@@ -18,7 +18,9 @@ struct NamedTensors {
 
 /// Writes `contents` to `path` atomically: a temporary file in the same folder, flushed and
 /// fsync'ed, then renamed over `path` (and the folder fsync'ed). On any failure (a full disk, a
-/// short write, a crash) the previous file at `path` is left intact; errors throw Error.
+/// short write, a crash) the previous file at `path` is left intact; errors throw Error. A new
+/// file gets mode 0666 less the umask, a replaced one keeps its mode, and a symbolic link is
+/// written through: its target is replaced (the temporary file goes beside the target).
 void save_safetensors(const std::string& path, const NamedTensors& contents);
 
 /// Reads a safetensors file onto the CPU (F32, F16, BF16, F64 and I64 tensors). Throws an Error naming the

@@ -1,7 +1,8 @@
 // safetensors I/O: round trips, the exact byte layout, atomic replacement when a save fails
-// part-way, and clear errors for every kind of bad file.
+// part-way, file modes and symbolic links on save, and clear errors for every kind of bad file.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -178,6 +179,54 @@ TEST_F(SafetensorsTest, FailedSaveLeavesThePreviousFileIntact) {
   }
 }
 
+// The permission bits of `p` (following links).
+mode_t mode_of(const std::string& p) { return static_cast<mode_t>(fs::status(p).permissions() & fs::perms::mask); }
+
+TEST_F(SafetensorsTest, NewFilesGetTheUmaskModeAndReplacedFilesKeepTheirs) {
+  const mode_t saved_umask = ::umask(022);
+  for (const mode_t mask : {mode_t{022}, mode_t{077}, mode_t{002}}) {
+    ::umask(mask);
+    const std::string p = path("new_" + std::to_string(mask) + ".safetensors");
+    ck::save_safetensors(p, sample());
+    EXPECT_EQ(mode_of(p), 0666 & ~mask) << "umask " << std::oct << mask;
+  }
+  ::umask(022);
+  const std::string p = path("existing.safetensors");
+  for (const mode_t mode : {mode_t{0640}, mode_t{0604}, mode_t{0600}, mode_t{0664}}) {
+    ck::save_safetensors(p, sample());
+    ASSERT_EQ(::chmod(p.c_str(), mode), 0);
+    ck::save_safetensors(p, sample());  // replaces it
+    EXPECT_EQ(mode_of(p), mode) << std::oct << mode;
+  }
+  ::umask(saved_umask);
+}
+
+TEST_F(SafetensorsTest, SavingThroughASymlinkWritesItsTarget) {
+  fs::create_directories(dir_ / "links");
+  fs::create_directories(dir_ / "data");
+  const std::string target = path("data/run.safetensors"), link = path("links/run.safetensors");
+  fs::create_symlink("../data/run.safetensors", link);  // relative, and dangling until the first save
+  for (int round = 0; round < 2; ++round) {
+    ck::NamedTensors c;
+    c.tensors.emplace_back("round", ag::full({1}, round));
+    ck::save_safetensors(link, c);
+    EXPECT_TRUE(fs::is_symlink(link));
+    EXPECT_EQ(fs::read_symlink(link), "../data/run.safetensors");
+    EXPECT_EQ(ck::load_safetensors(target).tensors.at(0).second.item(), static_cast<float>(round));
+  }
+  // A chain of links, with the target's mode kept.
+  ASSERT_EQ(::chmod(target.c_str(), 0640), 0);
+  fs::create_symlink(link, path("second_link"));
+  ck::save_safetensors(path("second_link"), sample());
+  EXPECT_TRUE(fs::is_symlink(path("second_link")));
+  EXPECT_EQ(ck::load_safetensors(target).tensors.size(), sample().tensors.size());
+  EXPECT_EQ(mode_of(target), 0640);
+  // Nothing temporary is left anywhere.
+  for (const auto& entry : fs::recursive_directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+  }
+}
+
 TEST_F(SafetensorsTest, BadFilesGiveClearErrors) {
   const std::string tensor = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   const std::string data(8, '\0');
@@ -190,8 +239,8 @@ TEST_F(SafetensorsTest, BadFilesGiveClearErrors) {
   expect_load_error(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "exceeds the limit");
   expect_load_error(file_with_header("{not json", ""), "not valid JSON");
   expect_load_error(file_with_header("[1,2]", ""), "not a JSON object");
-  expect_load_error(file_with_header(R"({"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", std::string(4, '\0')),
-                    "unsupported dtype");
+  expect_load_error(file_with_header(R"({"t":{"dtype":"X7","shape":[2],"data_offsets":[0,4]}})", std::string(4, '\0')),
+                    "unsupported dtype");  // not a dtype of the format
   expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data), "needs 12");
   expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data),
                     "negative");
