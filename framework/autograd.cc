@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 
 #include "framework/autocast.h"
 #include "framework/copy.h"
@@ -274,7 +275,13 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
     }
     const Tensor grad_output = std::move(node->pending_grad_);
     node->pending_grad_ = Tensor();
-    std::vector<Tensor> grad_inputs = node->backward(grad_output);
+    std::vector<Tensor> grad_inputs;
+    try {
+      grad_inputs = node->backward(grad_output);
+    } catch (const std::bad_alloc&) {  // as in dispatch(): a kernel's host scratch, sized by the tensors
+      AG_FAIL("backward of ", node->name(), ": out of host memory for the op's temporary buffers (gradient ",
+              grad_output.to_string(), ")");
+    }
     AG_CHECK(grad_inputs.size() == node->next_edges.size(), "internal: ", node->name(), " returned ",
              grad_inputs.size(), " gradients for ", node->next_edges.size(), " inputs");
     for (size_t i = 0; i < grad_inputs.size(); ++i) {

@@ -15,7 +15,9 @@
 
 #include <array>
 #include <memory>
+#include <new>
 #include <span>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -66,9 +68,15 @@ Tensor run_op(Op op, Inputs& inputs, Check&& check, Forward&& forward) {
     }
   }
   Tensor out;
-  {
+  try {
     NoGradGuard no_grad;  // ops used inside a forward are implementation detail, not tape entries
     out = forward(op, saved);
+  } catch (const std::bad_alloc&) {
+    // A kernel's host scratch (a packing buffer, a row of partial sums) is sized by the inputs:
+    // running out is the user's problem to see, as an Error naming the op, not a bad_alloc.
+    std::string shapes;
+    for (const Tensor& in : inputs) shapes += (shapes.empty() ? "" : ", ") + in.to_string();
+    AG_FAIL(Op::kInfo.name, ": out of host memory for the op's temporary buffers (inputs: ", shapes, ")");
   }
   if (record && is_floating(out.dtype())) {  // an integer result (argmax) has no gradient
     saved.check_not_saved(out);

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <sstream>
+#include <type_traits>
 
 #include "framework/allocator.h"
 #include "framework/autograd.h"
@@ -109,10 +111,16 @@ int64_t Tensor::size(int64_t d) const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
-  if (dtype() == kDTypeOf<T> && device() == Device::kCPU) return std::vector<T>(data<T>(), data<T>() + numel());
-  Tensor host = Tensor::empty(shape(), kDTypeOf<T>, Device::kCPU);
-  copy_(host, *this);
-  return std::vector<T>(host.data<T>(), host.data<T>() + numel());
+  Tensor host = *this;
+  if (dtype() != kDTypeOf<T> || device() != Device::kCPU) {
+    host = Tensor::empty(shape(), kDTypeOf<T>, Device::kCPU);
+    copy_(host, *this);
+  }
+  try {
+    return std::vector<T>(host.data<T>(), host.data<T>() + numel());
+  } catch (const std::bad_alloc&) {  // the host copy, sized by the tensor
+    AG_FAIL("to_vector: out of host memory for the ", numel(), " values of ", to_string());
+  }
 }
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<double> Tensor::to_vector<double>() const;
@@ -239,12 +247,17 @@ Tensor full(const Shape& shape, double value, DType dtype, Device device) {
 
 namespace {
 // Samples are drawn in double on the host (so a seed gives the same values for every dtype
-// and device), then converted once.
+// and device), then converted once. The draw buffer is a tensor, so an impossible size is the
+// allocator's clear Error rather than a std::bad_alloc from a host vector.
 template <typename Sample>
 Tensor sampled(const Shape& shape, DType dtype, Device device, Sample sample) {
-  std::vector<double> values(static_cast<size_t>(shape_numel(shape)));
-  for (double& v : values) v = sample();
-  return Tensor::from_vector(values, shape, dtype, device);
+  Tensor values = Tensor::empty(shape, DType::kFloat64, Device::kCPU);
+  double* v = values.data<double>();
+  for (int64_t i = 0; i < values.numel(); ++i) v[i] = sample();
+  if (dtype == DType::kFloat64 && device == Device::kCPU) return values;
+  Tensor out = Tensor::empty(shape, dtype, device);
+  copy_(out, values);
+  return out;
 }
 }  // namespace
 

@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "ampgrad.h"
+#include "framework/dispatch.h"
 
 namespace ag = ampgrad;
 using ag::DType;
@@ -22,6 +24,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kHuge = int64_t{1} << 40;  // two of these overflow any element count
+constexpr int64_t kUnmappable = int64_t{1} << 56;  // a valid count whose doubles exceed any address space
 
 // One call and the substrings its Error message must contain.
 struct ErrorRow {
@@ -64,6 +67,11 @@ TEST(BadInput, TensorCreation) {
       {"empty overflow", [] { Tensor::empty({kHuge, kHuge}); }, {"too many"}},
       // 2^60 bytes: a valid count that no allocator can satisfy.
       {"empty out of memory", [] { Tensor::empty({int64_t{1} << 58}); }, {"out of CPU memory"}},
+      // Host temporaries are tensors too: randn/uniform draw 2^56 doubles (2^59 bytes) through the
+      // allocator, not into a std::vector that would throw std::bad_alloc.
+      {"randn out of memory", [] { ag::randn({kUnmappable}); }, {"out of CPU memory"}},
+      {"uniform out of memory", [] { ag::uniform({kUnmappable}, 0, 1, DType::kFloat16); }, {"out of CPU memory"}},
+      {"Linear out of memory", [] { ag::nn::Linear l(int64_t{1} << 28, int64_t{1} << 28); }, {"out of CPU memory"}},
       {"uniform low > high", [] { ag::uniform({2}, 1.0, 0.0); }, {"uniform", "low"}},
       {"uniform NaN bound", [] { ag::uniform({2}, kNaN, 1.0); }, {"uniform", "finite", "nan"}},
       {"uniform inf bound", [] { ag::uniform({2}, 0.0, kInf); }, {"uniform", "inf"}},
@@ -223,6 +231,28 @@ TEST(BadInput, CheckpointIO) {
       {"load_checkpoint missing",
        [] { ag::nn::Linear l(2, 1); ck::TrainingState s{.model = &l}; ck::load_checkpoint("/nonexistent/c", s); },
        {"/nonexistent/c"}},
+  });
+}
+
+// An op whose kernel runs out of host memory for its scratch, in the forward or the backward.
+struct HungryOp {
+  static constexpr ag::OpInfo kInfo{"hungry", ag::CastPolicy::kNone};
+  bool in_forward;
+  void check(const Tensor&) const {}
+  Tensor forward(ag::SavedTensors&, const Tensor& x) const {
+    if (in_forward) throw std::bad_alloc();
+    return x.detach();
+  }
+  std::vector<Tensor> backward(const ag::SavedTensors&, const Tensor&) const { throw std::bad_alloc(); }
+};
+
+TEST(BadInput, KernelScratchOutOfMemoryIsAnError) {
+  Tensor x = ag::ones({2, 3});
+  x.set_requires_grad(true);
+  run_rows({
+      {"forward", [&] { ag::dispatch(HungryOp{.in_forward = true}, x); }, {"hungry", "out of host memory", "[2, 3]"}},
+      {"backward", [&] { ag::ops::sum(ag::dispatch(HungryOp{.in_forward = false}, x)).backward(); },
+       {"backward of hungry", "out of host memory"}},
   });
 }
 
