@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "framework/allocator.h"
@@ -182,6 +183,16 @@ TEST(Half, DoubleToHalfRoundsOnce) {
   const ag::Tensor t = ag::Tensor::from_vector(std::vector<double>{d}, {1}, ag::DType::kFloat16);
   EXPECT_EQ(t.data<Half>()[0].bits, 0x3c01);
   EXPECT_EQ(ag::Tensor::from_vector(std::vector<double>{d}, {1}).to(ag::DType::kFloat16).data<Half>()[0].bits, 0x3c01);
+  // And through full() (zeros, ones and fills), on every device.
+  std::vector<ag::Device> devices{ag::Device::kCPU};
+  if (ag::cuda_is_available()) devices.push_back(ag::Device::kCUDA);
+  for (const ag::Device device : devices) {
+    for (const auto& [value, bits] : {std::pair{d, 0x3c01}, std::pair{-d, 0xbc01}, std::pair{0x1p-25 + 0x1p-60, 0x0001},
+                                      std::pair{65520.0 - 0x1p-20, 0x7bff}}) {
+      const ag::Tensor f = ag::full({3}, value, ag::DType::kFloat16, device).to(ag::Device::kCPU);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(f.data<Half>()[i].bits, bits) << std::hexfloat << value << " on " << device;
+    }
+  }
 }
 
 TEST(Half, DoubleToHalfMatchesExactRoundingOnRandomAndNearTieValues) {
