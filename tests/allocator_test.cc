@@ -82,12 +82,22 @@ TEST(CpuAllocator, ThreadExitReturnsItsCachedBlocks) {
   EXPECT_EQ(after.reserved_bytes - after.current_bytes, before.reserved_bytes - before.current_bytes);
 }
 
-TEST(CpuAllocator, TensorsFreedOnAnotherThreadAreSafe) {
-  // A tensor made here and dropped on a worker thread: the block joins that thread's cache and is
-  // returned to the system when it exits.
-  Tensor t = ag::ones({5000});
-  std::thread([t = std::move(t)]() mutable { t = Tensor(); }).join();
-  const Tensor u = ag::ones({5000});
+TEST(CpuAllocator, TensorsFreedOnAnotherThreadJoinThatThreadsCache) {
+  // A tensor made here and dropped on a worker thread: the block joins the worker's cache (it
+  // stays reserved, not in use) and goes back to the system when the worker exits.
+  Tensor t = ag::ones({5000});  // 20000 bytes in a 20480-byte block
+  const ag::MemoryStats with_t = ag::memory_stats(ag::Device::kCPU);
+  ag::MemoryStats on_worker;
+  std::thread([&on_worker, t = std::move(t)]() mutable {
+    t = Tensor();
+    on_worker = ag::memory_stats(ag::Device::kCPU);
+  }).join();
+  EXPECT_EQ(on_worker.current_bytes, with_t.current_bytes - 20000);
+  EXPECT_EQ(on_worker.reserved_bytes, with_t.reserved_bytes - (kCaching ? 0 : 20480)) << "kept by the worker";
+  const ag::MemoryStats after = ag::memory_stats(ag::Device::kCPU);
+  EXPECT_EQ(after.current_bytes, with_t.current_bytes - 20000);
+  EXPECT_EQ(after.reserved_bytes, with_t.reserved_bytes - 20480) << "the worker's cache was not released at its exit";
+  const Tensor u = ag::ones({5000});  // this thread's allocator is unaffected
   EXPECT_EQ(u.to_vector()[4999], 1.0f);
 }
 
