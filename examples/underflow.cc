@@ -48,7 +48,7 @@ Result train(Mode mode, const Config& config) {
   const bool scaled = mode == Mode::kFp16StaticScale || mode == Mode::kFp16DynamicScale;
   const bool low = mode != Mode::kFp32;
   const ag::DType autocast_dtype = scaled || mode == Mode::kFp16NoScaling ? ag::DType::kFloat16 : ag::DType::kBFloat16;
-  ag::amp::GradScalerOptions scaler_options{.enabled = scaled};
+  ag::amp::GradScalerOptions scaler_options{.growth_interval = config.dynamic_growth_interval, .enabled = scaled};
   if (mode == Mode::kFp16StaticScale) {
     // A static scale is a scaler whose scale cannot move; it still skips steps that overflow.
     scaler_options.init_scale = scaler_options.min_scale = scaler_options.max_scale = config.static_scale;
@@ -110,7 +110,9 @@ Result train(Mode mode, const Config& config) {
       result.recommended = ag::amp::recommend_scale(stats->total().histogram);
       result.scale_at_recommendation = stats->scale;
     }
+    const double scale_before = scaler.get_scale();
     scaler.update();
+    result.scale_growths += scaler.get_scale() > scale_before ? 1 : 0;
   }
   {
     // In FP32 for every mode (BF16 parameters widen exactly), so the rounding of a BF16 forward

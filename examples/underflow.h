@@ -31,7 +31,8 @@ struct Result {
   // Share of weight values a step left exactly unchanged, over all steps: the weights the
   // optimizer updates (FP32 parameters or masters; BF16 parameters when there are no masters).
   double lost_update_fraction = 0.0;
-  int64_t skipped_steps = 0;
+  int64_t skipped_steps = 0;          // steps an inf/NaN skipped (the scale backed off each time)
+  int64_t scale_growths = 0;          // updates that raised the scale
   double final_scale = 1.0;           // 1 when no scaling is used
   // Per step, for the plots:
   std::vector<double> losses;         // the unweighted training loss of that step's forward
@@ -48,6 +49,9 @@ struct Config {
   int64_t steps = 400;
   double loss_weight = 1e-4;   // a small loss weight, as in multi-task training: makes gradients tiny
   double static_scale = 1048576.0;  // 2^20
+  // The dynamic scaler starts at PyTorch's 65536 but grows every 10 clean steps instead of 2000,
+  // so that within 400 steps it climbs until FP16 gradients overflow and has to back off.
+  int64_t dynamic_growth_interval = 10;
   ampgrad::Device device = ampgrad::Device::kCPU;
   int64_t stats_every = 100;   // the dynamic scaler's gradient statistics: every this many steps
 };

@@ -28,17 +28,19 @@ int main(int argc, char** argv) {
   underflow::Config config;
   std::printf("Teacher-student MLP 32-64-1, Adam lr 1e-3, %lld steps, loss weighted by %.0e\n",
               static_cast<long long>(config.steps), config.loss_weight);
+  std::printf("dynamic GradScaler: init_scale 65536, growth_interval %lld\n",
+              static_cast<long long>(config.dynamic_growth_interval));
   std::vector<std::pair<Mode, underflow::Result>> runs;
   for (Mode mode : underflow::all_modes()) runs.emplace_back(mode, underflow::train(mode, config));
   std::printf("median |true gradient| at step 0: %.2e (FP16's smallest subnormal is 6.0e-08)\n\n",
               runs.front().second.median_abs_fp32_grad);
-  std::printf("%-26s %12s %12s %10s %12s %13s\n", "mode", "final loss", "zero grads", "skipped", "final scale",
-              "lost updates");
+  std::printf("%-26s %12s %12s %10s %8s %13s %13s\n", "mode", "final loss", "zero grads", "skipped", "growths",
+              "final scale", "lost updates");
   const underflow::Result* dynamic = nullptr;
   for (const auto& [mode, r] : runs) {
-    std::printf("%-26s %12.4e %11.1f%% %10lld %12.0f %12.1f%%\n", underflow::mode_name(mode).c_str(), r.final_loss,
-                100.0 * r.zero_grad_fraction, static_cast<long long>(r.skipped_steps), r.final_scale,
-                100.0 * r.lost_update_fraction);
+    std::printf("%-26s %12.4e %11.1f%% %10lld %8lld %13.0f %12.1f%%\n", underflow::mode_name(mode).c_str(),
+                r.final_loss, 100.0 * r.zero_grad_fraction, static_cast<long long>(r.skipped_steps),
+                static_cast<long long>(r.scale_growths), r.final_scale, 100.0 * r.lost_update_fraction);
     if (mode == Mode::kFp16DynamicScale) dynamic = &r;
   }
   if (dynamic != nullptr && !dynamic->recommended.empty) {
