@@ -1,6 +1,7 @@
 // Training-state checkpoints over safetensors: layout, validation, loading with rollback.
 #include "checkpoint/checkpoint.h"
 
+#include <algorithm>
 #include <map>
 
 #include "checkpoint/safetensors.h"
@@ -39,28 +40,70 @@ struct Assignment {
   Tensor value;
 };
 
-// Checks that `file` holds every entry of the model's state_dict() with its shape and dtype (a
-// tied parameter under each of its names, as PyTorch saves it). Keys starting with
-// `ignored_prefix` belong to others; any other key is unexpected (a different architecture) and
-// an error, as in PyTorch's strict loading.
+// Which dtypes a file's tensor may have: a checkpoint resumes bit for bit, so its dtypes are the
+// model's; a weights file converts, as PyTorch's load_state_dict (whose copy_ converts).
+enum class DTypeRule { kExact, kConvertFloating };
+
+// The name list of an error message: the first few, then how many more.
+std::string list_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 8; ++i) out += (i == 0 ? "'" : ", '") + names[i] + "'";
+  if (names.size() > 8) out += " and " + std::to_string(names.size() - 8) + " more";
+  return out;
+}
+
+// Matches the file's tensors to the model's state_dict() (a tied parameter under each of its
+// names, as PyTorch saves it) and checks each pair's shape and dtype. Keys starting with
+// `ignored_prefix` belong to others. Under kStrict a name the two do not share is an error, as in
+// PyTorch's strict loading; under kNonStrict it goes to `report`.
 std::vector<Assignment> model_tensors(const NamedTensors& file, const nn::Module& model, const std::string& path,
-                                      const std::string& ignored_prefix) {
+                                      const std::string& ignored_prefix, KeyMatching keys, DTypeRule dtypes,
+                                      LoadReport& report) {
   std::map<std::string, Tensor> by_name(file.tensors.begin(), file.tensors.end());
+  std::map<std::string, std::string> unread = file.unread;
   std::vector<Assignment> out;
   for (const auto& [name, p] : model.state_dict()) {
     auto it = by_name.find(name);
-    AG_CHECK(it != by_name.end(), "load(", path, "): the file has no tensor '", name, "' for the model's ",
-             p.to_string(), "; hint: the file was saved from a different architecture");
+    if (it == by_name.end()) {
+      auto why = unread.find(name);
+      AG_CHECK(why == unread.end(), "load(", path, "): tensor '", name, "' for the model's ", p.to_string(),
+               " is stored as ", why->second, ", which ampgrad cannot read");
+      report.missing_keys.push_back(name);
+      continue;
+    }
     const Tensor& t = it->second;
-    AG_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(), "load(", path, "): tensor '", name, "' is ",
-             t.to_string(), " but the model's is ", p.to_string(),
-             "; hint: build the same architecture and model.to() the saved dtype before loading");
+    auto widened = file.widened_from.find(name);
+    const std::string stored = widened == file.widened_from.end() ? "" : " (" + widened->second + " in the file)";
+    const bool dtype_ok = dtypes == DTypeRule::kExact ? t.dtype() == p.dtype() : is_floating(t.dtype()) == is_floating(p.dtype());
+    AG_CHECK(t.shape() == p.shape() && dtype_ok, "load(", path, "): tensor '", name, "' is ", t.to_string(), stored,
+             " but the model's is ", p.to_string(),
+             dtypes == DTypeRule::kExact
+                 ? "; hint: build the same architecture and model.to() the saved dtype before loading"
+                 : "; hint: build the same architecture (floating tensors convert, integer ones load into int64)");
     out.push_back({p, t});
     by_name.erase(it);
   }
+  const auto others = [&](const std::string& name) {
+    return ignored_prefix.empty() || name.rfind(ignored_prefix, 0) != 0;
+  };
   for (const auto& [name, t] : by_name) {
-    AG_CHECK(!ignored_prefix.empty() && name.rfind(ignored_prefix, 0) == 0, "load(", path, "): unexpected tensor '",
-             name, "' ", t.to_string(), " that the model has no parameter or buffer for");
+    if (others(name)) report.unexpected_keys.push_back(name);
+  }
+  for (const auto& [name, why] : unread) {
+    if (others(name)) report.unexpected_keys.push_back(name);
+  }
+  std::sort(report.unexpected_keys.begin(), report.unexpected_keys.end());
+  if (keys == KeyMatching::kStrict && !(report.missing_keys.empty() && report.unexpected_keys.empty())) {
+    std::string problems;
+    if (!report.missing_keys.empty()) {
+      problems = "the file has no tensor " + list_names(report.missing_keys) + " of the model's";
+    }
+    if (!report.unexpected_keys.empty()) {
+      problems += (problems.empty() ? "" : "; ") + std::string("unexpected tensor ") +
+                  list_names(report.unexpected_keys) + " that the model has no parameter or buffer for";
+    }
+    AG_FAIL("load(", path, "): ", problems, "; hint: the file was saved from a different architecture",
+            ignored_prefix.empty() ? " (KeyMatching::kNonStrict loads the names both have)" : "");
   }
   return out;
 }
@@ -103,9 +146,11 @@ void save_model(const std::string& path, const nn::Module& model) {
   save_safetensors(path, file);
 }
 
-void load_model(const std::string& path, nn::Module& model) {
+LoadReport load_model(const std::string& path, nn::Module& model, KeyMatching keys) {
   const NamedTensors file = load_safetensors(path);
-  assign(model_tensors(file, model, path, ""));
+  LoadReport report;
+  assign(model_tensors(file, model, path, "", keys, DTypeRule::kConvertFloating, report));
+  return report;
 }
 
 void save_checkpoint(const std::string& path, const TrainingState& state) {
@@ -140,7 +185,13 @@ void load_checkpoint(const std::string& path, TrainingState& state) {
            "; hint: use load_model for weights-only files");
 
   // Validate and decode everything first, so a bad file changes nothing.
-  const std::vector<Assignment> model_values = model_tensors(file, *state.model, path, "optimizer.");
+  for (const auto& [name, why] : file.unread) {
+    AG_CHECK(name.rfind("optimizer.", 0) != 0, "load_checkpoint(", path, "): optimizer tensor '", name,
+             "' is stored as ", why, ", which ampgrad cannot read");
+  }
+  LoadReport unused;  // strict: any difference throws
+  const std::vector<Assignment> model_values =
+      model_tensors(file, *state.model, path, "optimizer.", KeyMatching::kStrict, DTypeRule::kExact, unused);
   detail::OptimizerMeta optimizer_meta;
   std::vector<optim::ParamState> optimizer_state;
   if (state.optimizer != nullptr) {

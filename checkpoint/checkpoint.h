@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "amp/grad_scaler.h"
 #include "nn/module.h"
@@ -36,6 +37,26 @@ void load_checkpoint(const std::string& path, TrainingState& state);
 /// The model's state_dict() alone: a file PyTorch loads with safetensors.torch.load_file into the
 /// state_dict of the same architecture (a tied parameter is stored under each name, as there).
 void save_model(const std::string& path, const nn::Module& model);
-void load_model(const std::string& path, nn::Module& model);
+
+/// How load_model matches the file's names to the model's state_dict() (PyTorch's `strict`).
+enum class KeyMatching {
+  kStrict,     // every name of the model in the file and no other: else an Error listing them all
+  kNonStrict,  // load the names both have; report the others
+};
+
+/// The names load_model did not load (PyTorch's load_state_dict result).
+struct LoadReport {
+  std::vector<std::string> missing_keys;     // in the model's state_dict(), not in the file
+  std::vector<std::string> unexpected_keys;  // in the file (read or not), not in the model
+};
+
+/// Loads a state_dict file (save_model's, or PyTorch's safetensors.torch.save_file of a
+/// state_dict) into `model`, as PyTorch's load_state_dict: each tensor needs the model's shape; a
+/// floating one is converted to the model's floating dtype (an F16 or BF16 file into an FP32
+/// model: widening is exact, narrowing rounds once), an integer one loads into an int64 tensor.
+/// A floating value for an int64 tensor, or the reverse, is an Error, as is a name the model has
+/// but whose dtype the reader could not hold (NamedTensors::unread). Names the two do not share
+/// are an Error under kStrict and returned under kNonStrict. Nothing changes unless it all loads.
+LoadReport load_model(const std::string& path, nn::Module& model, KeyMatching keys = KeyMatching::kStrict);
 
 }  // namespace ampgrad::checkpoint

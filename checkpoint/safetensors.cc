@@ -14,8 +14,10 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
+#include "checkpoint/safetensors_dtypes.h"
 #include "framework/copy.h"
 #include "framework/error.h"
 
@@ -178,35 +180,54 @@ NamedTensors parse_safetensors(const std::string& bytes, const std::string& sour
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
       fail(where + "needs dtype, shape and data_offsets");
     }
+    // A dtype of ampgrad's own is read as it is; the format's others are widened or listed unread.
     const json& dtype_json = entry["dtype"];
-    const std::optional<DType> parsed =
-        dtype_json.is_string() ? dtype_from_safetensors_name(dtype_json.get<std::string>()) : std::nullopt;
-    if (!parsed) {
-      fail(where + "unsupported dtype " + dtype_json.dump() + " (ampgrad reads F32, F16, BF16, F64 and I64)");
+    const std::string dtype_text = dtype_json.is_string() ? dtype_json.get<std::string>() : dtype_json.dump();
+    const std::optional<DType> native = dtype_json.is_string() ? dtype_from_safetensors_name(dtype_text) : std::nullopt;
+    const int foreign_bits = native || !dtype_json.is_string() ? 0 : detail::foreign_dtype_bits(dtype_text);
+    if (!native && foreign_bits == 0) {
+      fail(where + "unsupported dtype " + dtype_json.dump() + ", which is not a dtype of the safetensors format");
     }
-    const DType dtype = *parsed;
+    const uint64_t bits = native ? element_size(*native) * 8 : static_cast<uint64_t>(foreign_bits);
     const json& shape_json = entry["shape"];
     if (!shape_json.is_array() || shape_json.size() > 8) fail(where + "shape must be an array of at most 8 dimensions");
     Shape shape;
     uint64_t numel = 1;
+    // A bound that keeps numel * bits from overflowing (every element takes at least 4 bits); the
+    // exact byte count is checked against the offsets below, with a clearer message.
+    const uint64_t max_numel = data_size * 2;
     for (const json& d : shape_json) {
       if (!d.is_number_unsigned()) fail(where + "shape has a non-integer or negative dimension " + d.dump());
       const uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && numel > data_size / dim) fail(where + "shape " + shape_json.dump() + " needs more bytes than the file holds");
+      if (dim != 0 && numel > max_numel / dim) fail(where + "shape " + shape_json.dump() + " needs more bytes than the file holds");
       numel *= dim;
       shape.push_back(static_cast<int64_t>(dim));
     }
+    if (numel * bits % 8 != 0) fail(where + "shape " + shape_json.dump() + " of " + dtype_text + " is not a whole number of bytes");
+    const uint64_t nbytes = numel * bits / 8;
     const json& offsets = entry["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
       fail(where + "data_offsets must be two unsigned integers");
     }
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     if (begin > end || end > data_size) fail(where + "data_offsets " + offsets.dump() + " fall outside the " + std::to_string(data_size) + "-byte data section");
-    if (end - begin != numel * element_size(dtype)) fail(where + "data_offsets " + offsets.dump() + " hold " + std::to_string(end - begin) + " bytes but shape " + shape_json.dump() + " of " + dtype_json.get<std::string>() + " needs " + std::to_string(numel * element_size(dtype)));
-    Tensor t = Tensor::empty(shape, dtype);
-    std::memcpy(t.data_ptr(), data + begin, end - begin);
-    out.tensors.emplace_back(name, t);
+    if (end - begin != nbytes) fail(where + "data_offsets " + offsets.dump() + " hold " + std::to_string(end - begin) + " bytes but shape " + shape_json.dump() + " of " + dtype_text + " needs " + std::to_string(nbytes));
     ranges.emplace_back(begin, end);
+    if (native) {
+      Tensor t = Tensor::empty(shape, *native);
+      std::memcpy(t.data_ptr(), data + begin, nbytes);
+      out.tensors.emplace_back(name, t);
+      continue;
+    }
+    std::string why;
+    std::optional<Tensor> widened =
+        detail::read_foreign_dtype(dtype_text, data + begin, shape, static_cast<int64_t>(numel), why);
+    if (!widened) {
+      out.unread[name] = why;
+      continue;
+    }
+    out.tensors.emplace_back(name, *widened);
+    out.widened_from[name] = dtype_text;
   }
   // The data section must be covered exactly once (no overlaps, no gaps), as the format requires.
   std::sort(ranges.begin(), ranges.end());

@@ -14,6 +14,15 @@ namespace ampgrad::checkpoint {
 struct NamedTensors {
   std::vector<std::pair<std::string, Tensor>> tensors = {};  // saved in this order
   std::map<std::string, std::string> metadata = {};     // the header's "__metadata__"
+  /// Filled by load: a tensor stored in a dtype of the format that ampgrad has no dtype for, read
+  /// into a wider one that holds each of its values exactly (the 8-bit floats into float32; BOOL,
+  /// U8, I8, I16, U16, I32, U32 and U64 into int64): name -> the file's dtype ("I32"). Save ignores
+  /// it (it writes each tensor's own dtype).
+  std::map<std::string, std::string> widened_from = {};
+  /// Filled by load: entries that were validated but not read, since no ampgrad dtype holds their
+  /// values exactly (C64, the packed F4/F6 floats, U64 values above int64's maximum): name -> why.
+  /// They are not in `tensors`.
+  std::map<std::string, std::string> unread = {};
 };
 
 /// Writes `contents` to `path` atomically: a temporary file in the same folder, flushed and
@@ -23,10 +32,12 @@ struct NamedTensors {
 /// written through: its target is replaced (the temporary file goes beside the target).
 void save_safetensors(const std::string& path, const NamedTensors& contents);
 
-/// Reads a safetensors file onto the CPU (F32, F16, BF16, F64 and I64 tensors). Throws an Error naming the
-/// file and the problem for a missing, truncated or corrupted file, an oversized header, an
-/// unsupported dtype or inconsistent offsets; it never reads out of bounds and never allocates
-/// more than the file's own size.
+/// Reads a safetensors file onto the CPU. Every dtype of the format is accepted: F32, F16, BF16,
+/// F64 and I64 are read as they are, the others widened exactly or listed as unread (see
+/// NamedTensors), so one tensor never makes a whole file unreadable. Throws an Error naming the
+/// file and the problem for a missing, truncated or corrupted file, an oversized header, a dtype
+/// the format does not define or inconsistent offsets; it never reads out of bounds and never
+/// allocates more than a few times the file's own size (a widened tensor takes 2-8x its bytes).
 NamedTensors load_safetensors(const std::string& path);
 
 /// The same parser over bytes in memory (`source` names them in errors). For tests and fuzzing.

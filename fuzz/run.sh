@@ -15,7 +15,7 @@ mkdir -p "$out/corpus"
 "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer -Wall -Wextra \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -I. \
-  fuzz/safetensors_fuzz.cc checkpoint/safetensors.cc framework/*.cc \
+  fuzz/safetensors_fuzz.cc checkpoint/safetensors.cc checkpoint/safetensors_dtypes.cc framework/*.cc \
   -o "$out/safetensors_fuzz"
 
 # New inputs go to a scratch corpus; the committed seeds stay as they are. Crashes land in $out.
