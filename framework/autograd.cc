@@ -137,13 +137,13 @@ std::mutex& leaf_lock(const TensorImpl& leaf) {
 // with other consumers. Taking it saves a full copy of every weight gradient per step.
 void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad, uint64_t pass) {
   static std::atomic<uint64_t> writes{0};
+  Tensor g = std::move(grad);
+  if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);  // a leaf's gradient has the leaf's dtype
+  std::lock_guard lock(leaf_lock(leaf));  // the write order is the leaf's state too
   if (leaf.grad_pass != pass) {
     leaf.grad_pass = pass;
     leaf.grad_order = ++writes;
   }
-  Tensor g = std::move(grad);
-  if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);  // a leaf's gradient has the leaf's dtype
-  std::lock_guard lock(leaf_lock(leaf));
   if (leaf.grad.defined()) return accumulate_(leaf.grad, g);
   const TensorImpl& gi = *g.impl();
   const bool unshared = g.impl_ptr().use_count() == 1 && gi.storage.use_count() == 1 && !gi.grad_fn &&
