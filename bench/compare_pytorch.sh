@@ -76,6 +76,7 @@ pairs=(
   "mlp SGD FP32|mlp_sgd_fp32|mlp_sgd_fp32"
   "mlp Adam FP32|mlp_adam_fp32|mlp_adam_fp32"
   "mlp Adam AMP (PyTorch: autocast bf16)|mlp_adam_amp|mlp_adam_bf16"
+  "mlp Adam BF16 autocast|mlp_adam_bf16|mlp_adam_bf16"
   "fashion MLP FP32|fashion_fp32|fashion_fp32"
   "fashion MLP AMP (PyTorch: fp16 + GradScaler)|fashion_amp|fashion_fp16"
   "char_gpt FP32|gpt_fp32|gpt_fp32"
@@ -139,6 +140,7 @@ PY
 "$timer" ratio seed_fp32 seed_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 "$timer" ratio mlp_sgd_fp32 mlp_sgd_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 "$timer" ratio mlp_adam_fp32 mlp_adam_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
+"$timer" ratio mlp_adam_fp32 mlp_adam_bf16 --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 "$timer" ratio fashion_fp32 fashion_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 "$timer" ratio gpt_fp32 gpt_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 
