@@ -116,28 +116,8 @@ void sum_to(const Tensor& x, double alpha, Tensor& out) {
   });
 }
 
-namespace {
-
-// x viewed as [outer, size, inner] around the reduced dimension.
-struct AlongDim {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-
-AlongDim along(const Shape& shape, int64_t dim) {
-  AlongDim v;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    const int64_t s = shape[static_cast<size_t>(d)];
-    if (d < dim) v.outer *= s;
-    if (d == dim) v.size = s;
-    if (d > dim) v.inner *= s;
-  }
-  return v;
-}
-
-}  // namespace
-
 void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
-  const AlongDim v = along(x.shape(), dim);
+  const AlongDim v = along_dim(x.shape(), dim);
   visit_floating_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using C = ComputeType<T>;
@@ -174,7 +154,7 @@ void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
 }
 
 void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx) {
-  const AlongDim v = along(dx.shape(), dim);
+  const AlongDim v = along_dim(dx.shape(), dim);
   visit_floating_dtype(dx.dtype(), [&](auto t) {
     using T = decltype(t);
     T* out = dx.data<T>();

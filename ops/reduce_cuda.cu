@@ -194,21 +194,6 @@ __global__ void clip_chunks_kernel(const TensorChunk* chunks, int64_t count, con
   }
 }
 
-struct AlongDim {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-
-AlongDim along(const Shape& shape, int64_t dim) {
-  AlongDim v;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    const int64_t s = shape[static_cast<size_t>(d)];
-    if (d < dim) v.outer *= s;
-    if (d == dim) v.size = s;
-    if (d > dim) v.inner *= s;
-  }
-  return v;
-}
-
 }  // namespace
 
 void sum_to(const Tensor& x, double alpha, Tensor& out) {
@@ -281,7 +266,7 @@ void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double m
 }
 
 void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
-  const AlongDim v = along(x.shape(), dim);
+  const AlongDim v = along_dim(x.shape(), dim);
   if (v.outer * v.inner == 0) return;
   visit_floating_dtype(x.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
@@ -293,7 +278,7 @@ void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {
 }
 
 void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& dx) {
-  const AlongDim v = along(dx.shape(), dim);
+  const AlongDim v = along_dim(dx.shape(), dim);
   AG_CUDA_CHECK(cudaMemsetAsync(dx.data_ptr(), 0, static_cast<size_t>(dx.numel()) * element_size(dx.dtype()),
                                 cudaStreamLegacy));  // all-zero bits are +0 in every float dtype
   if (v.outer * v.inner == 0) return;

@@ -9,26 +9,11 @@
 #include "framework/parallel.h"
 #include "ops/math.h"
 #include "ops/softmax_kernels.h"
+#include "ops/strided.h"
 
 namespace ampgrad::kernels::cpu {
 
 namespace {
-
-// x viewed as [outer, size, inner] around dim.
-struct AlongDim {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-
-AlongDim along(const Shape& shape, int64_t dim) {
-  AlongDim v;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    const int64_t s = shape[static_cast<size_t>(d)];
-    if (d < dim) v.outer *= s;
-    if (d == dim) v.size = s;
-    if (d > dim) v.inner *= s;
-  }
-  return v;
-}
 
 // Runs fn(row, base, buffer) for every row (o, i) of the view, on the pool; base is the offset
 // of the row's first element and its elements are inner apart.
@@ -87,7 +72,7 @@ void log_softmax_row(C* v, int64_t n) {
 }  // namespace
 
 void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y) {
-  const AlongDim v = along(x.shape(), dim);
+  const AlongDim v = along_dim(x.shape(), dim);
   const int64_t tq = causal == Causal::kYes && x.dim() >= 2 ? x.size(-2) : 1;
   visit_floating_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
@@ -109,7 +94,7 @@ void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tens
 }
 
 void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKind kind, Tensor& dx) {
-  const AlongDim v = along(y.shape(), dim);
+  const AlongDim v = along_dim(y.shape(), dim);
   visit_floating_dtype(y.dtype(), [&](auto t) {
     using T = decltype(t);
     using C = ComputeType<T>;

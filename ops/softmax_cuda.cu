@@ -10,6 +10,7 @@
 #include "framework/device_cuda.h"
 #include "ops/math.h"
 #include "ops/softmax_kernels.h"
+#include "ops/strided.h"
 
 namespace ampgrad::kernels::cuda {
 
@@ -158,21 +159,6 @@ __global__ void cross_entropy_backward_kernel(const T* input, const int64_t* tar
   }
 }
 
-struct AlongDim {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-
-AlongDim along(const Shape& shape, int64_t dim) {
-  AlongDim v;
-  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    const int64_t s = shape[static_cast<size_t>(d)];
-    if (d < dim) v.outer *= s;
-    if (d == dim) v.size = s;
-    if (d > dim) v.inner *= s;
-  }
-  return v;
-}
-
 unsigned grid_of(int64_t rows, const char* what) {
   AG_CHECK(rows <= 0x7fffffff, what, " (CUDA): ", rows, " rows exceed the grid limit");
   return static_cast<unsigned>(rows);
@@ -181,7 +167,7 @@ unsigned grid_of(int64_t rows, const char* what) {
 }  // namespace
 
 void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y) {
-  const AlongDim v = along(x.shape(), dim);
+  const AlongDim v = along_dim(x.shape(), dim);
   const int64_t rows = v.outer * v.inner;
   if (rows == 0 || v.size == 0) return;
   const int64_t tq = causal == Causal::kYes && x.dim() >= 2 ? x.size(-2) : 1;
@@ -195,7 +181,7 @@ void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tens
 }
 
 void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKind kind, Tensor& dx) {
-  const AlongDim v = along(y.shape(), dim);
+  const AlongDim v = along_dim(y.shape(), dim);
   const int64_t rows = v.outer * v.inner;
   if (rows == 0 || v.size == 0) return;
   visit_floating_dtype(y.dtype(), [&](auto t) {

@@ -43,4 +43,15 @@ Shape broadcast_strides(const Shape& shape, const Shape& target) {
   return strides;
 }
 
+AlongDim along_dim(const Shape& shape, int64_t dim) {
+  AlongDim v;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    const int64_t s = shape[static_cast<size_t>(d)];
+    if (d < dim) v.outer *= s;
+    if (d == dim) v.size = s;
+    if (d > dim) v.inner *= s;
+  }
+  return v;
+}
+
 }  // namespace ampgrad::kernels

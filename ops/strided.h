@@ -34,6 +34,13 @@ struct StridedPlan {
 /// The row-major strides of a contiguous tensor of `shape` ({12, 4, 1} for [2, 3, 4]).
 Shape contiguous_strides(const Shape& shape);
 
+/// A tensor of `shape` viewed as [outer, size, inner] around dimension `dim` (non-negative): what
+/// kernels along one dimension (softmax, max, argmax) index by.
+struct AlongDim {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+AlongDim along_dim(const Shape& shape, int64_t dim);
+
 /// NumPy/PyTorch broadcasting: the shape both a and b stretch to (aligned at the last dimension; a
 /// dimension of 1 stretches), or nullopt with *failing_dim set to the first dimension (counted from
 /// the end: -1 is the last) where they differ and neither is 1.
