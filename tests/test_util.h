@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "framework/allocator.h"
@@ -124,6 +126,20 @@ inline double max_abs(const Tensor& t) {
 }
 
 /// The raw bytes of a tensor's storage (for "bit-identical" checks); a CUDA tensor is copied first.
+/// The (width, height) a PNG file's IHDR chunk states, or {0, 0} if the file is not a PNG.
+inline std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(24, '\0');
+  in.read(head.data(), 24);
+  if (!in || head.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || head.compare(12, 4, "IHDR") != 0) return {0, 0};
+  const auto be32 = [&](size_t at) {
+    uint32_t v = 0;
+    for (size_t i = 0; i < 4; ++i) v = v << 8 | static_cast<unsigned char>(head[at + i]);
+    return v;
+  };
+  return {be32(16), be32(20)};
+}
+
 inline std::vector<uint8_t> bytes_of(const Tensor& t) {
   const Tensor host = t.device() == Device::kCPU ? t : t.to(Device::kCPU);
   std::vector<uint8_t> out(static_cast<size_t>(host.numel()) * element_size(host.dtype()));

@@ -13,22 +13,9 @@
 
 #include "ampgrad.h"
 #include "examples/training_plots.h"
+#include "test_util.h"
 
 namespace {
-
-// The (width, height) a PNG's IHDR chunk states, or {0, 0} if the file is not a PNG.
-std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string head(24, '\0');
-  in.read(head.data(), 24);
-  if (!in || head.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || head.compare(12, 4, "IHDR") != 0) return {0, 0};
-  const auto be32 = [&](size_t at) {
-    uint32_t v = 0;
-    for (size_t i = 0; i < 4; ++i) v = v << 8 | static_cast<unsigned char>(head[at + i]);
-    return v;
-  };
-  return {be32(16), be32(20)};
-}
 
 training_plots::Curves amp_run() {
   training_plots::Curves c{.title = "test run", .first_step = 10};
@@ -60,7 +47,7 @@ TEST(TrainingPlots, WritesLossAndScalePngs) {
   for (const std::string& path : paths) {
     SCOPED_TRACE(path);
     EXPECT_GT(std::filesystem::file_size(path), 1000u);
-    EXPECT_EQ(png_size(path), (std::pair<uint32_t, uint32_t>{800, 480}));
+    EXPECT_EQ(ampgrad::test::png_size(path), (std::pair<uint32_t, uint32_t>{800, 480}));
   }
   // Without AMP: the loss only.
   training_plots::Curves fp32 = amp_run();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "examples/underflow.h"
+#include "test_util.h"
 
 namespace {
 
@@ -71,20 +72,6 @@ TEST(UnderflowDemo, ScalingRescuesTinyGradients) {
   EXPECT_EQ(dynamic.histogram.nonzero_finite() + dynamic.histogram.zeros, 32 * 64 + 64 + 64 + 1);
 }
 
-// The size PNG files claim in their IHDR chunk (width, height), or {0, 0} if not a PNG.
-std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string head(24, '\0');
-  in.read(head.data(), 24);
-  if (!in || head.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || head.compare(12, 4, "IHDR") != 0) return {0, 0};
-  const auto be32 = [&](size_t at) {
-    uint32_t v = 0;
-    for (size_t i = 0; i < 4; ++i) v = v << 8 | static_cast<unsigned char>(head[at + i]);
-    return v;
-  };
-  return {be32(16), be32(20)};
-}
-
 TEST(UnderflowDemo, PlotsAreNonEmptyPngsOfTheExpectedSize) {
   if (!ampgrad::utils::gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed (Debian: gnuplot-nox)";
   underflow::Config config;
@@ -103,7 +90,7 @@ TEST(UnderflowDemo, PlotsAreNonEmptyPngsOfTheExpectedSize) {
     SCOPED_TRACE(paths[i]);
     EXPECT_EQ(std::filesystem::path(paths[i]).filename(), expected[i].first);
     EXPECT_GT(std::filesystem::file_size(paths[i]), 1000u);
-    EXPECT_EQ(png_size(paths[i]), expected[i].second);
+    EXPECT_EQ(ampgrad::test::png_size(paths[i]), expected[i].second);
   }
   std::filesystem::remove_all(dir);
 }
