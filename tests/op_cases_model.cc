@@ -20,10 +20,11 @@ double gelu_tanh_ref(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
-// Fixed targets for the loss rows (they are int64 constants, not differentiable inputs).
+// Fixed targets for the loss rows (they are int64 constants, not differentiable inputs), on the
+// device of the logits they go with.
 const std::vector<int64_t> kTargets{2, 0, 4, -100, 1, 3};
 
-Tensor targets() { return Tensor::from_vector(kTargets, {6}); }
+Tensor targets(const Tensor& logits) { return Tensor::from_vector(kTargets, {6}, DType::kInt64, logits.device()); }
 
 }  // namespace
 
@@ -66,7 +67,7 @@ void append_model_cases(std::vector<OpCase>& cases) {
 
   // Losses (targets fixed, sample 3 ignored).
   const auto ce = [](ops::CrossEntropyOptions o) {
-    return [o](In t) { return ops::cross_entropy(t[0], targets(), o); };
+    return [o](In t) { return ops::cross_entropy(t[0], targets(t[0]), o); };
   };
   const auto ce_ref = [](double eps, ops::Reduction r) {
     return [eps, r](Refs v) {
@@ -81,7 +82,7 @@ void append_model_cases(std::vector<OpCase>& cases) {
       ce_ref(0.1, ops::Reduction::kSum), {.k = 16, .magnitude = 4});
   add("cross_entropy_none", {{6, 5}}, ce({.reduction = ops::Reduction::kNone}), ce_ref(0.0, ops::Reduction::kNone),
       {.k = 8, .magnitude = 4});
-  add("nll_loss", {{6, 5}}, [](In t) { return ops::nll_loss(ops::log_softmax(t[0], -1), targets()); },
+  add("nll_loss", {{6, 5}}, [](In t) { return ops::nll_loss(ops::log_softmax(t[0], -1), targets(t[0])); },
       [](Refs v) { return Values{sum_ref(cross_entropy_ref(v[0], 5, kTargets, -100, 0.0)) / 5}; },
       {.k = 16, .magnitude = 4});
 
@@ -93,7 +94,10 @@ void append_model_cases(std::vector<OpCase>& cases) {
 
   // Embedding: a repeated id sums its rows' gradients.
   add("embedding", {{5, 3}},
-      [](In t) { return ops::embedding(Tensor::from_vector(std::vector<int64_t>{4, 0, 4, 2}, {2, 2}), t[0]); },
+      [](In t) {
+        const Tensor ids = Tensor::from_vector(std::vector<int64_t>{4, 0, 4, 2}, {2, 2}, DType::kInt64, t[0].device());
+        return ops::embedding(ids, t[0]);
+      },
       [](Refs v) {
         Values out;
         for (int64_t id : {4, 0, 4, 2}) out.insert(out.end(), v[0].begin() + id * 3, v[0].begin() + id * 3 + 3);
