@@ -4,14 +4,20 @@
 #                              binaries with ampgrad, libstdc++, zlib and the CUDA runtime linked in
 #                              statically; they need only glibc (>= the floor printed and stored in
 #                              BUILD_INFO), libgcc_s, and at run time the driver and libcublas.so.13
-#                              (loaded with dlopen). Copies them and this script into the
-#                              git-ignored .gpu_build/ (a few MB; ship that folder).
+#                              (loaded with dlopen). nccl_test also needs MPI and libnccl.so.2:
+#                              this machine's MPI runtime (libraries, components, help text) is
+#                              packed beside it in mpi-runtime.tar.gz, NCCL is the GPU machine's.
+#                              Copies them and this script into the git-ignored .gpu_build/
+#                              (about 45 MB; ship that folder).
 #   tools/gpu_check.sh run     (on the GPU machine, from .gpu_build/ or the repo root): checks with
 #                              ldd that every binary loads, finds libcublas.so.13 (Python's CUDA 13
 #                              wheels, then ldconfig, then /usr/local/cuda*; never a walk of /), runs
 #                              every binary with AMPGRAD_REQUIRE_CUDA=1 (a skipped CUDA test is a
 #                              failure) and the tests once more with AMPGRAD_CUDA_SYNC=1, keeps the
 #                              logs and prints a summary table last. Exit status 0 only if all pass.
+#                              nccl_test runs as a single-rank MPI job (an isolated singleton: no
+#                              mpirun, no daemon) on the unpacked MPI runtime and libnccl.so.2
+#                              (Python's NCCL wheel, then ldconfig, then /usr/local/cuda*).
 # Env: GPU_CHECK_TIMEOUT (seconds per binary, default 240), GPU_CHECK_LOGS (log folder, default
 # logs/ beside the binaries).
 set -uo pipefail
@@ -19,11 +25,45 @@ set -uo pipefail
 mode="${1:-}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # The CUDA test and benchmark binaries, in the order they run.
-targets=(//tests:cuda_test //tests:cuda_kernels_test //bench:cuda_bench)
+targets=(//tests:cuda_test //tests:cuda_kernels_test //tests:nccl_test //bench:cuda_bench)
 
 # The newest glibc symbol version the binaries in $1 need: the oldest glibc they run on.
 glibc_floor() {
   objdump -T "$1"/* 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sort -uV | tail -n 1 | sed 's/GLIBC_//'
+}
+
+# glibc's own libraries and libgcc_s: present on every GPU machine, never shipped.
+glibc_libs='(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux-x86-64)\.so\.[0-9]+'
+
+# One of ompi_info's install paths (prefix, pkglibdir, pkgdatadir) of the MPI the build linked.
+ompi_path() { ompi_info --parsable --path "$1" | awk -F: '{print $NF}'; }
+
+# Packs the MPI runtime nccl_test needs into $1/mpi-runtime.tar.gz, at the paths it was installed
+# at (the run relocates it with OPAL_PREFIX and PMIX_INSTALL_PREFIX): libmpi and every library it
+# and its components need (not glibc's), the components, the help text; and mpi.env, which names
+# the install prefixes. Java and header files stay behind.
+pack_mpi_runtime() {
+  local out="$1" stage prefix pkglibdir pkgdatadir pmix lib
+  command -v ompi_info >/dev/null || { echo "error: ompi_info not found (./bazelw installs OpenMPI)" >&2; return 1; }
+  prefix="$(ompi_path prefix)" pkglibdir="$(ompi_path pkglibdir)" pkgdatadir="$(ompi_path pkgdatadir)"
+  pmix="$(ompi_info --all --parsable | grep -o -- "--with-pmix=[^' ]*" | head -n 1 | cut -d= -f2)"
+  stage="$(mktemp -d)"
+  mkdir -p "$stage/lib" "$stage$pkglibdir" "$stage$pkgdatadir"
+  cp -a "$pkglibdir/." "$stage$pkglibdir/" && cp -a "$pkgdatadir/." "$stage$pkgdatadir/" || return 1
+  rm -f "$stage$pkglibdir"/*java*
+  if [[ -n "$pmix" && -d "$pmix/lib" ]]; then  # an external PMIx has its own components
+    mkdir -p "$stage$pmix/lib"
+    cp -a "$pmix/lib/pmix" "$stage$pmix/lib/" 2>/dev/null
+    [[ -d "$pmix/share" ]] && cp -a "$pmix/share" "$stage$pmix/"
+  fi
+  for lib in $( { ldd "$out/bin/nccl_test"; find "$stage" -name '*.so*' -type f -exec ldd {} \; ; } 2>/dev/null |
+                awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u | grep -Ev "/$glibc_libs\$" | grep -v 'libnccl\.so'); do
+    cp -L "$lib" "$stage/lib/" || return 1
+  done
+  printf 'prefix=%s\npmix=%s\n' "$prefix" "$pmix" >"$stage/mpi.env"
+  tar -C "$stage" -czf "$out/mpi-runtime.tar.gz" . || return 1
+  rm -rf "$stage"
+  echo "MPI runtime: $(ompi_info --version 2>/dev/null | head -n 1), $(du -h "$out/mpi-runtime.tar.gz" | cut -f1) packed"
 }
 
 build() {
@@ -56,27 +96,30 @@ build() {
   } >"$out/BUILD_INFO"
   echo "shared libraries the binaries need:"
   ldd "$out"/bin/* | awk '/=>/ {print "  " $1}' | sort -u
-  # Only glibc's own libraries and libgcc_s may stay shared (libstdc++ and zlib are linked in).
+  # Only glibc's own libraries and libgcc_s may stay shared (libstdc++ and zlib are linked in);
+  # nccl_test also takes MPI's (packed below) and NCCL (the GPU machine's).
   local extra
-  extra="$(ldd "$out"/bin/* | awk '/=>/ {print $1}' | sort -u |
-           grep -Ev '^(libc|libm|libdl|libpthread|librt|libgcc_s)\.so\.[0-9]+$')"
+  extra="$(ldd "$out"/bin/* | awk '/=>/ {print $1}' | sort -u | grep -Ev "^$glibc_libs\$" |
+           grep -Ev "^($(ldd "$out/bin/nccl_test" | awk '/=>/ {print $1}' | paste -sd '|' | sed 's/\./\\./g'))\$")"
   if [[ -n "$extra" ]]; then
     echo "error: the bundle needs shared libraries a GPU machine may lack:" $extra >&2
     exit 1
   fi
+  pack_mpi_runtime "$out" || exit 1
   cat "$out/BUILD_INFO"
   du -sh "$out"
   echo "ship $out to the GPU machine and run: bash gpu_check.sh run"
 }
 
-# Prints the folder holding libcublas.so.13, looking only where it is installed: the CUDA 13 Python
-# wheels of the python on PATH (site-packages/nvidia/cu13/lib, or nvidia/cublas/lib), the dynamic
-# linker's cache, then the toolkits under /usr/local.
-find_cublas() {
-  local py dir
+# Prints the folder holding library $1 (libcublas.so.13, libnccl.so.2), looking only where it is
+# installed: the CUDA Python wheels of the python on PATH (site-packages/nvidia/ then $2, a
+# space-separated list of subfolders), the dynamic linker's cache, then the toolkits under
+# /usr/local.
+find_cuda_lib() {
+  local name="$1" subdirs="$2" py dir
   for py in python3 python; do
     command -v "$py" >/dev/null 2>&1 || continue
-    dir="$(timeout 30 "$py" - <<'EOF' 2>/dev/null
+    dir="$(timeout 30 "$py" - "$name" $subdirs <<'EOF' 2>/dev/null
 import glob, os, site, sys
 roots = list(sys.path)
 try:
@@ -89,18 +132,18 @@ try:
 except ImportError:
     pass
 for root in roots:
-    for sub in ("nvidia/cu13/lib", "nvidia/cublas/lib"):
-        if glob.glob(os.path.join(root, sub, "libcublas.so.13*")):
-            print(os.path.join(root, sub))
+    for sub in sys.argv[2:]:
+        if glob.glob(os.path.join(root, "nvidia", sub, sys.argv[1] + "*")):
+            print(os.path.join(root, "nvidia", sub))
             sys.exit(0)
 EOF
 )"
     [[ -n "$dir" ]] && { echo "$dir"; return 0; }
   done
-  dir="$(ldconfig -p 2>/dev/null | awk '$1 == "libcublas.so.13" {print $NF; exit}')"
+  dir="$(ldconfig -p 2>/dev/null | awk -v name="$name" '$1 == name {print $NF; exit}')"
   [[ -n "$dir" ]] && { dirname "$dir"; return 0; }
   for dir in /usr/local/cuda*/lib64 /usr/local/cuda*/targets/x86_64-linux/lib; do
-    [[ -e "$dir/libcublas.so.13" ]] && { echo "$dir"; return 0; }
+    [[ -e "$dir/$name" ]] && { echo "$dir"; return 0; }
   done
   return 1
 }
@@ -126,6 +169,28 @@ summarize() {
   [[ "$status" == ok ]]
 }
 
+# Unpacks the MPI runtime $1 (see pack_mpi_runtime) and prints the VAR=value lines nccl_test runs
+# with: one rank as an isolated singleton (no mpirun, no daemon), the runtime relocated to where it
+# was unpacked, and NCCL found like cuBLAS. Says on stderr what it could not find.
+mpi_runtime_env() {
+  local tarball="$1" dir nccl prefix pmix
+  [[ -f "$tarball" ]] || { echo "warning: no $tarball; nccl_test will fail to load" >&2; return 1; }
+  dir="$(mktemp -d "${TMPDIR:-/tmp}/ampgrad-mpi.XXXXXX")" && tar -C "$dir" -xzf "$tarball" || return 1
+  prefix="$(sed -n 's/^prefix=//p' "$dir/mpi.env")" pmix="$(sed -n 's/^pmix=//p' "$dir/mpi.env")"
+  if nccl="$(find_cuda_lib libnccl.so.2 "nccl/lib cu13/lib")"; then
+    echo "NCCL: $nccl" >&2
+  else
+    echo "warning: no libnccl.so.2 found (Python wheels, ldconfig, /usr/local/cuda*)" >&2
+  fi
+  echo "LD_LIBRARY_PATH=$dir/lib${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "OPAL_PREFIX=$dir$prefix"
+  [[ -n "$pmix" ]] && echo "PMIX_INSTALL_PREFIX=$dir$pmix"
+  echo "OMPI_MCA_ess_singleton_isolated=1"
+  echo "OMPI_MCA_btl=self"
+  # Components for network hardware this machine lacks fail to load; that is expected.
+  echo "OMPI_MCA_mca_base_component_show_load_errors=0"
+}
+
 run() {
   local bindir logs lib
   if [[ -d "$here/bin" ]]; then bindir="$here/bin"; else bindir="$here/../.gpu_build/bin"; fi
@@ -137,16 +202,17 @@ run() {
   echo "this machine: $(ldd --version 2>&1 | head -n 1)"
 
   # Before any GPU time: every binary must load here (a missing library or too old a glibc shows as
-  # "not found"). cuBLAS is not among them: it is loaded at run time.
+  # "not found"). cuBLAS is not among them: it is loaded at run time. nccl_test is checked below,
+  # with its MPI runtime.
   local deps
-  deps="$(ldd "$bindir"/* 2>&1)"
+  deps="$(ldd $(ls -d "$bindir"/* | grep -v '/nccl_test$') 2>&1)"
   if grep -q 'not found' <<<"$deps"; then
     echo "$deps"
     echo "GPU check FAILED before running anything: the binaries do not load on this machine" >&2
     exit 1
   fi
 
-  if lib="$(find_cublas)"; then
+  if lib="$(find_cuda_lib libcublas.so.13 "cu13/lib cublas/lib")"; then
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "cuBLAS: $lib"
   else
@@ -164,20 +230,32 @@ run() {
     exit 1
   fi
 
+  # nccl_test's environment: the MPI runtime unpacked, and this machine's NCCL. Without them it
+  # still runs, and fails with the reason.
+  local nccl_env=()
+  if [[ -x "$bindir/nccl_test" ]]; then
+    mapfile -t nccl_env < <(mpi_runtime_env "$bindir/../mpi-runtime.tar.gz")
+    if ! env "${nccl_env[@]}" ldd "$bindir/nccl_test" >"$logs/nccl_test_ldd.log" 2>&1 ||
+       grep -q 'not found' "$logs/nccl_test_ldd.log"; then
+      echo "nccl_test does not load here:"; grep 'not found' "$logs/nccl_test_ldd.log"
+    fi
+  fi
+
   # Tests first (each also under AMPGRAD_CUDA_SYNC=1: a kernel fault then names its kernel), then
   # the benchmark.
   local runs=() rows=() failed=0 name
-  for name in cuda_test cuda_kernels_test cuda_bench; do
+  for name in cuda_test cuda_kernels_test nccl_test cuda_bench; do
     [[ -x "$bindir/$name" ]] || continue
     runs+=("$name|$bindir/$name|0")
     [[ "$name" == *_test ]] && runs+=("$name SYNC=1|$bindir/$name|1")
   done
   for entry in "${runs[@]}"; do
-    local bin sync log start rc secs
+    local bin sync log start rc secs extra_env=()
     IFS='|' read -r name bin sync <<<"$entry"
-    log="$logs/${name// /_}.log"
+    [[ "$name" == nccl_test* ]] && extra_env=("${nccl_env[@]}")
+    log="$logs/$(tr ' =' '__' <<<"$name").log"
     start=$(date +%s)
-    AMPGRAD_CUDA_SYNC="$sync" timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin" >"$log" 2>&1
+    env "${extra_env[@]}" AMPGRAD_CUDA_SYNC="$sync" timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin" >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
     echo "==== $name (exit $rc, ${secs}s; log $log)"
