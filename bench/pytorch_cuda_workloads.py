@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""PyTorch (CUDA) versions of bench/cuda_bench.cc's training steps, timed the same way.
+
+Usage: pytorch_cuda_workloads.py [--iters=N]
+The steps: Linear layers with ReLU between them, mse_loss, Adam lr 1e-4, zero_grad each step:
+  seed   Linear(10,1), batch 64
+  mlp    3 x Linear(4096,4096), batch 4096
+each in FP32 (TF32 off, PyTorch's default for matmuls), FP16 autocast with a GradScaler, and BF16
+autocast without one; Adam as PyTorch runs it by default (foreach) and with fused=True.
+Prints one line per step: "NAME PRECISION ADAM <mean ms per step> <peak MiB> <first loss> <last loss>",
+the mean over N steps (default 10; seed 200) after 2 warm-up steps, synchronised at both ends,
+as cuda_bench's time_per_call does. Standard library + torch only.
+"""
+import sys
+import time
+
+import torch
+
+
+def step_fn(model, x, y, precision, fused):
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, fused=fused)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    losses = []
+
+    def step():
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.detach())
+
+    return step, losses
+
+
+def make_model(widths):
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers).cuda()
+
+
+def time_step(name, widths, batch, precision, fused, iters):
+    torch.manual_seed(0)
+    model = make_model(widths)
+    x = torch.randn(batch, widths[0], device="cuda")
+    y = torch.randn(batch, widths[-1], device="cuda")
+    step, losses = step_fn(model, x, y, precision, fused)
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        step()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - start) / iters * 1e3
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    print(f"{name:5s} {precision:5s} {'fused' if fused else 'foreach':8s} {ms:10.4f} ms {peak:7.0f} MiB "
+          f"loss {losses[0].item():.4g} -> {losses[-1].item():.4g}", flush=True)
+
+
+def main():
+    iters = 10
+    for arg in sys.argv[1:]:
+        if arg.startswith("--iters="):
+            iters = int(arg.split("=", 1)[1])
+        else:
+            sys.exit(__doc__)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    for fused in (False, True):
+        for precision in ("fp32", "fp16", "bf16"):
+            time_step("seed", [10, 1], 64, precision, fused, max(iters, 200))
+            time_step("mlp", [4096, 4096, 4096, 4096], 4096, precision, fused, iters)
+
+
+if __name__ == "__main__":
+    main()
