@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "ampgrad.h"
+#include "framework/launch_profile.h"
 #include "ops/cublas.h"
 
 namespace ag = ampgrad;
@@ -101,6 +103,11 @@ struct StepResult {
   double peak_mib = 0;
   double reserved_mib = 0;
   float first_loss = 0, last_loss = 0;
+  // Where a step's time goes, each phase timed alone (the GPU drained before and after it):
+  // forward (zero_grad, forward, loss), backward, optimizer (unscale, step, update).
+  std::array<double, 3> phase_ms{};
+  // With AMPGRAD_CUDA_PROFILE=1: 10 steps' launches, per kernel.
+  std::vector<ag::cuda::LaunchTime> launches;
 };
 
 // zero_grad, forward, loss, backward, step with Adam; AMP = autocast FP16 + GradScaler. `init` is a
@@ -119,20 +126,24 @@ StepResult train_step(const ag::nn::Sequential& init, const ag::Tensor& x, const
   ag::optim::Adam opt(params, {.lr = 1e-4});
   ag::amp::GradScaler scaler({.enabled = compute == ag::DType::kFloat16});
   ag::Tensor loss;
+  const std::array<std::function<void()>, 3> phases{
+      [&] {
+        opt.zero_grad();
+        ag::amp::AutocastGuard autocast(ag::Device::kCUDA, amp ? compute : ag::DType::kFloat16, amp);
+        ag::Tensor h = x;
+        for (size_t i = 0; i < params.size(); i += 2) {
+          h = ag::ops::linear(h, params[i], params[i + 1]);
+          if (i + 2 < params.size()) h = ag::ops::relu(h);
+        }
+        loss = ag::ops::mse_loss(h, y);
+      },
+      [&] { scaler.scale(loss).backward(); },
+      [&] {
+        scaler.step(opt);
+        scaler.update();
+      }};
   auto step = [&] {
-    opt.zero_grad();
-    {
-      ag::amp::AutocastGuard autocast(ag::Device::kCUDA, amp ? compute : ag::DType::kFloat16, amp);
-      ag::Tensor h = x;
-      for (size_t i = 0; i < params.size(); i += 2) {
-        h = ag::ops::linear(h, params[i], params[i + 1]);
-        if (i + 2 < params.size()) h = ag::ops::relu(h);
-      }
-      loss = ag::ops::mse_loss(h, y);
-    }
-    scaler.scale(loss).backward();
-    scaler.step(opt);
-    scaler.update();
+    for (const auto& phase : phases) phase();
   };
   ag::allocator_for(ag::Device::kCUDA).reset_peak();
   StepResult r;
@@ -143,6 +154,14 @@ StepResult train_step(const ag::nn::Sequential& init, const ag::Tensor& x, const
   // time_per_call itself synchronises twice.
   r.syncs_per_step = static_cast<double>(ag::cuda_host_sync_count() - syncs_before - 2) / (iters + 2);
   r.last_loss = loss.item();
+  for (int i = 0; i < std::min(iters, 10); ++i) {
+    for (size_t p = 0; p < phases.size(); ++p) r.phase_ms[p] += time_per_call(phases[p], 0, 1) * 1e3 / std::min(iters, 10);
+  }
+  if (ag::cuda::launch_profile_enabled()) {
+    (void)ag::cuda::take_launch_profile();
+    for (int i = 0; i < 10; ++i) step();
+    r.launches = ag::cuda::take_launch_profile();
+  }
   const ag::MemoryStats mem = ag::memory_stats(ag::Device::kCUDA);
   r.peak_mib = static_cast<double>(mem.peak_bytes) / (1 << 20);
   r.reserved_mib = static_cast<double>(mem.reserved_bytes) / (1 << 20);
@@ -225,6 +244,20 @@ int main() {
   std::printf("  %-32s %9.2f ms (fp32/bf16 %.2f, host syncs per step %.2f, peak %.0f MiB)\n", "mlp step in BF16 AMP",
               mlp_bf16.seconds * 1e3, mlp32.seconds / mlp_bf16.seconds, mlp_bf16.syncs_per_step, mlp_bf16.peak_mib);
   std::printf("  %-32s %s\n", "mlp losses, BF16", check_losses(mlp32, mlp_bf16, 4e-2).c_str());
+  std::printf("  %-32s %26s\n", "mlp phases, each timed alone", "forward  backward optimizer");
+  for (const auto& [name, r] : {std::pair{"fp32", &mlp32}, {"fp16 amp", &mlp_amp}, {"bf16 amp", &mlp_bf16}}) {
+    std::printf("    %-30s %6.2f ms %6.2f ms %6.2f ms\n", name, r->phase_ms[0], r->phase_ms[1], r->phase_ms[2]);
+  }
+  for (const auto& [name, r] : {std::pair{"fp32", &mlp32}, {"fp16 amp", &mlp_amp}, {"bf16 amp", &mlp_bf16}}) {
+    if (r->launches.empty()) continue;  // AMPGRAD_CUDA_PROFILE unset
+    std::printf("  mlp %s step, per kernel (AMPGRAD_CUDA_PROFILE=1, 10 steps):\n", name);
+    double total = 0;
+    for (const ag::cuda::LaunchTime& t : r->launches) total += t.milliseconds;
+    for (const ag::cuda::LaunchTime& t : r->launches) {
+      std::printf("    %-40s %5.1f launches/step %8.3f ms/step %5.1f%%\n", t.kernel.c_str(), t.launches / 10.0,
+                  t.milliseconds / 10, 100 * t.milliseconds / total);
+    }
+  }
 
   const double speedup = mlp32.seconds / mlp_amp.seconds;
   std::printf("\ntargets: fp16 linear at 8192^3 >= 0.70 of cuBLAS: %.2f %s;  AMP mlp step <= 0.5x fp32: %.2fx %s;  "

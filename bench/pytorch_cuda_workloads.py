@@ -9,7 +9,9 @@ each in FP32 (TF32 off, PyTorch's default for matmuls), FP16 autocast with a Gra
 autocast without one; Adam as PyTorch runs it by default (foreach) and with fused=True.
 Prints one line per step: "NAME PRECISION ADAM <mean ms per step> <peak MiB> <first loss> <last loss>",
 the mean over N steps (default 10; seed 200) after 2 warm-up steps, synchronised at both ends,
-as cuda_bench's time_per_call does. Standard library + torch only.
+as cuda_bench's time_per_call does; then the phases (zero_grad + forward + loss, backward,
+unscale + step + update), each timed alone over 10 more steps, as cuda_bench's. Standard library
++ torch only.
 """
 import sys
 import time
@@ -23,16 +25,20 @@ def step_fn(model, x, y, precision, fused):
     scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
     losses = []
 
-    def step():
+    def forward():
         opt.zero_grad()
         with torch.autocast("cuda", dtype=dtype or torch.float16, enabled=dtype is not None):
-            loss = torch.nn.functional.mse_loss(model(x).float(), y)
-        scaler.scale(loss).backward()
+            losses.append(torch.nn.functional.mse_loss(model(x).float(), y))
+
+    def backward():
+        scaler.scale(losses[-1]).backward()
+        losses[-1] = losses[-1].detach()
+
+    def optimizer():
         scaler.step(opt)
         scaler.update()
-        losses.append(loss.detach())
 
-    return step, losses
+    return [forward, backward, optimizer], losses
 
 
 def make_model(widths):
@@ -49,7 +55,12 @@ def time_step(name, widths, batch, precision, fused, iters):
     model = make_model(widths)
     x = torch.randn(batch, widths[0], device="cuda")
     y = torch.randn(batch, widths[-1], device="cuda")
-    step, losses = step_fn(model, x, y, precision, fused)
+    phases, losses = step_fn(model, x, y, precision, fused)
+
+    def step():
+        for phase in phases:
+            phase()
+
     torch.cuda.reset_peak_memory_stats()
     for _ in range(2):
         step()
@@ -60,8 +71,18 @@ def time_step(name, widths, batch, precision, fused, iters):
     torch.cuda.synchronize()
     ms = (time.perf_counter() - start) / iters * 1e3
     peak = torch.cuda.max_memory_allocated() / 2**20
+    first, last = losses[0].item(), losses[-1].item()
+    phase_ms = [0.0] * len(phases)  # each phase timed alone, the GPU drained before and after it
+    for _ in range(min(iters, 10)):
+        for i, phase in enumerate(phases):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            phase()
+            torch.cuda.synchronize()
+            phase_ms[i] += (time.perf_counter() - start) * 1e3 / min(iters, 10)
     print(f"{name:5s} {precision:5s} {'fused' if fused else 'foreach':8s} {ms:10.4f} ms {peak:7.0f} MiB "
-          f"loss {losses[0].item():.4g} -> {losses[-1].item():.4g}", flush=True)
+          f"loss {first:.4g} -> {last:.4g}  phases (forward, backward, optimizer) "
+          + " ".join(f"{t:.3f}" for t in phase_ms) + " ms", flush=True)
 
 
 def main():

@@ -1,6 +1,7 @@
 // AG_CUDA_CHECK: every CUDA runtime call goes through it; a failure throws ampgrad::Error with
 // file:line, the call, and CUDA's error name and text. AG_CUDA_CHECK_LAUNCH("kernel") after every
-// launch, which with AMPGRAD_CUDA_SYNC=1 also waits for the kernel, so a fault names it.
+// launch, which with AMPGRAD_CUDA_SYNC=1 also waits for the kernel, so a fault names it, and with
+// AMPGRAD_CUDA_PROFILE=1 times it (launch_profile.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,21 +13,30 @@
 
 namespace ampgrad::cuda::detail {
 
-/// AMPGRAD_CUDA_SYNC's value: unset, "" or "0" is off, "1" is on; anything else is an error (a
-/// typo must not silently leave a debugging run asynchronous).
-inline bool parse_sync_flag(const char* value) {
+/// The value of a debugging switch such as AMPGRAD_CUDA_SYNC: unset, "" or "0" is off, "1" is on;
+/// anything else is an error (a typo must not silently leave a debugging run asynchronous).
+inline bool parse_switch(std::string_view variable, const char* value) {
   const std::string_view v = value == nullptr ? "" : value;
   if (v.empty() || v == "0") return false;
   if (v == "1") return true;
-  throw ::ampgrad::Error(::ampgrad::detail::str_cat("AMPGRAD_CUDA_SYNC must be 0 or 1 (unset means 0), got '", v,
-                                                    "'"));
+  throw ::ampgrad::Error(::ampgrad::detail::str_cat(variable, " must be 0 or 1 (unset means 0), got '", v, "'"));
 }
+inline bool parse_sync_flag(const char* value) { return parse_switch("AMPGRAD_CUDA_SYNC", value); }
 
 /// Whether every kernel launch waits for the kernel and checks it (AMPGRAD_CUDA_SYNC=1, read once).
 inline bool sync_after_launch() {
   static const bool on = parse_sync_flag(std::getenv("AMPGRAD_CUDA_SYNC"));
   return on;
 }
+
+/// Whether every checked launch is timed (AMPGRAD_CUDA_PROFILE=1, read once; launch_profile.h).
+inline bool profile_launches() {
+  static const bool on = parse_switch("AMPGRAD_CUDA_PROFILE", std::getenv("AMPGRAD_CUDA_PROFILE"));
+  return on;
+}
+
+/// Records a launch of `kernel` (a string literal) for the profile (framework/launch_profile.cc).
+void record_launch(const char* kernel);
 
 // Errors a faulting kernel leaves behind: asynchronous, so reported by whichever call comes next.
 inline bool is_kernel_fault(cudaError_t err) {
@@ -66,8 +76,11 @@ inline void check_launch(const char* file, int line, const char* kernel) {
   cudaError_t err = cudaGetLastError();
   const bool synced = err == cudaSuccess && sync_after_launch();
   if (synced) err = cudaDeviceSynchronize();
-  if (err == cudaSuccess) [[likely]]
+  if (err == cudaSuccess) [[likely]] {
+    if (profile_launches()) [[unlikely]]
+      record_launch(*kernel != '\0' ? kernel : "(unnamed)");
     return;
+  }
   const std::string_view name = *kernel != '\0' ? kernel : "(unnamed)";
   const char* what = synced ? " failed (AMPGRAD_CUDA_SYNC=1 waited for it): " : " failed to launch: ";
   throw ::ampgrad::Error(::ampgrad::detail::str_cat(file, ":", line, ": CUDA kernel ", name, what, cudaGetErrorName(err),

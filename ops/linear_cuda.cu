@@ -27,6 +27,14 @@ __global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t n, int64_t 
 
 cublasOperation_t op_of(Transpose t) { return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+// The GEMM's name in launch profiles: its layout as row-major op(a) op(b) (N or T each), batched or not.
+const char* gemm_name(Transpose ta, Transpose tb, bool batched) {
+  static constexpr const char* kNames[2][4] = {
+      {"cuBLAS GEMM NN", "cuBLAS GEMM NT", "cuBLAS GEMM TN", "cuBLAS GEMM TT"},
+      {"cuBLAS batched GEMM NN", "cuBLAS batched GEMM NT", "cuBLAS batched GEMM TN", "cuBLAS batched GEMM TT"}};
+  return kNames[batched][(ta == Transpose::kYes) * 2 + (tb == Transpose::kYes)];
+}
+
 }  // namespace
 
 cublasHandle_t cublas_handle() {
@@ -117,7 +125,7 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
                                                      stride_second, beta, out.data_ptr(), type, ldc, stride_c,
                                                      static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
   }
-  AG_CUDA_CHECK_LAUNCH("cuBLAS GEMM");
+  AG_CUDA_CHECK_LAUNCH(gemm_name(trans_a, trans_b, batch != 1));
 }
 
 }  // namespace ampgrad::kernels::cuda

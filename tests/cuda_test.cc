@@ -21,6 +21,7 @@
 
 #if defined(AMPGRAD_WITH_CUDA)
 #include "framework/cuda_check.h"
+#include "framework/launch_profile.h"
 #include "ops/cublas.h"
 #endif
 
@@ -109,6 +110,29 @@ TEST(CudaTest, SyncSwitchAcceptsOnlyZeroOrOne) {
   EXPECT_FALSE(parse_sync_flag("0"));
   EXPECT_TRUE(parse_sync_flag("1"));
   EXPECT_ERROR([] { (void)parse_sync_flag("yes"); }, "AMPGRAD_CUDA_SYNC must be 0 or 1", "'yes'");
+  EXPECT_ERROR([] { (void)ag::cuda::detail::parse_switch("AMPGRAD_CUDA_PROFILE", "on"); },
+               "AMPGRAD_CUDA_PROFILE must be 0 or 1", "'on'");
+}
+
+// The launch profile's recorder: the time between two recorded launches goes to the second, per
+// name; a take empties it. (AMPGRAD_CUDA_PROFILE=1 only makes every checked launch call it.)
+TEST(CudaTest, LaunchProfileTimesTheLaunchBetweenTwoMarks) {
+  SKIP_WITHOUT_CUDA();
+  const ag::Tensor a = ag::randn({2048, 2048}, ag::DType::kFloat32, ag::Device::kCUDA);
+  (void)ag::cuda::take_launch_profile();
+  ag::cuda::detail::record_launch("start");
+  for (int i = 0; i < 3; ++i) {
+    (void)ag::ops::matmul(a, a);  // ~17 GFLOP: far longer than the events' own resolution
+    ag::cuda::detail::record_launch("three matmuls");
+  }
+  const std::vector<ag::cuda::LaunchTime> profile = ag::cuda::take_launch_profile();
+  const auto mine = std::find_if(profile.begin(), profile.end(),
+                                 [](const ag::cuda::LaunchTime& t) { return t.kernel == "three matmuls"; });
+  ASSERT_NE(mine, profile.end());
+  EXPECT_EQ(mine->launches, 3);
+  EXPECT_GT(mine->milliseconds, 0.0);
+  for (size_t i = 1; i < profile.size(); ++i) EXPECT_GE(profile[i - 1].milliseconds, profile[i].milliseconds);
+  EXPECT_TRUE(ag::cuda::take_launch_profile().empty());
 }
 #endif
 
