@@ -14,9 +14,7 @@ namespace {
 // out is (n), in is (n): out[i] = convert(in[i]).
 template <typename To, typename From>
 __global__ void convert_kernel(To* out, const From* in, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = dconvert<To>(in[i]);
-  }
+  unrolled_loop<From>(n, [&](int64_t i) { return in[i]; }, [&](int64_t i, From v) { out[i] = dconvert<To>(v); });
 }
 
 // out is (n): out[i] = value.
@@ -40,7 +38,8 @@ void convert_on_device(void* dst, DType dst_dtype, const void* src, DType src_dt
     visit_dtype(src_dtype, [&](auto from) {
       using To = DeviceType<decltype(to)>;
       using From = DeviceType<decltype(from)>;
-      convert_kernel<To, From><<<blocks_for(n), kThreads>>>(static_cast<To*>(dst), static_cast<const From*>(src), n);
+      convert_kernel<To, From><<<blocks_for(n, kUnroll), kThreads>>>(static_cast<To*>(dst),
+                                                                       static_cast<const From*>(src), n);
       AG_CUDA_CHECK_LAUNCH("convert_kernel");
     });
   });

@@ -105,17 +105,18 @@ __global__ void affine_plan_kernel(const T* src, Compute<T> alpha, Compute<T> be
 // x, y are (n): y = x > 0 ? x : 0, and NaN stays NaN (as in PyTorch).
 template <typename T>
 __global__ void relu_kernel(const T* x, T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = !(dload(x[i]) <= 0) ? x[i] : dstore<T>(0);
-  }
+  unrolled_loop<T>(n, [&](int64_t i) { return x[i]; },
+                   [&](int64_t i, T v) { y[i] = !(dload(v) <= 0) ? v : dstore<T>(0); });
 }
 
 // x, dy, dx are (n): dx = x <= 0 ? 0 : dy (a NaN x passes dy).
 template <typename T>
 __global__ void relu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    dx[i] = dload(x[i]) <= 0 ? dstore<T>(0) : dy[i];
-  }
+  struct Pair {
+    T x, dy;
+  };
+  unrolled_loop<Pair>(n, [&](int64_t i) { return Pair{x[i], dy[i]}; },
+                      [&](int64_t i, Pair p) { dx[i] = dload(p.x) <= 0 ? dstore<T>(0) : p.dy; });
 }
 
 // x, y are (n): y = F::forward(x) in the compute type.
@@ -221,7 +222,8 @@ void relu(const Tensor& x, Tensor& y) {
   if (n == 0) return;
   visit_floating_dtype(y.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
-    relu_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), n);
+    relu_kernel<T><<<blocks_for(n, kUnroll), kThreads>>>(static_cast<const T*>(x.data_ptr()),
+                                                         static_cast<T*>(y.data_ptr()), n);
     AG_CUDA_CHECK_LAUNCH("relu_kernel");
   });
 }
@@ -231,9 +233,9 @@ void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   if (n == 0) return;
   visit_floating_dtype(dx.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
-    relu_backward_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<const T*>(x.data_ptr()),
-                                                         static_cast<const T*>(dy.data_ptr()),
-                                                         static_cast<T*>(dx.data_ptr()), n);
+    relu_backward_kernel<T><<<blocks_for(n, kUnroll), kThreads>>>(static_cast<const T*>(x.data_ptr()),
+                                                                  static_cast<const T*>(dy.data_ptr()),
+                                                                  static_cast<T*>(dx.data_ptr()), n);
     AG_CUDA_CHECK_LAUNCH("relu_backward_kernel");
   });
 }

@@ -3,6 +3,7 @@
 // (CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation, one rounding of the result). float32: FP32,
 // TF32 only when cuda::set_allow_tf32(true). float64: FP64. A bias is fused by pre-filling C and
 // using beta = 1.
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -17,11 +18,14 @@ namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
-// out is (m, n) row-major, bias is (n): out[r, j] = bias[j]; the GEMM then adds into it (beta = 1).
+// out is (rows, n) row-major, bias is (n): out[r, j] = bias[j]; the GEMM then adds into it (beta =
+// 1). Threads along x take columns, blocks along y take rows: each thread loads its bias element
+// once, and no index needs a 64-bit division.
 template <typename T>
-__global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t n, int64_t total) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = bias[i % n];
+__global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t n, int64_t rows) {
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < n; j += int64_t{gridDim.x} * blockDim.x) {
+    const T b = bias[j];
+    for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) out[r * n + j] = b;
   }
 }
 
@@ -75,8 +79,10 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   if (has_bias) {
     visit_floating_dtype(dtype, [&](auto t) {
       using T = DeviceType<decltype(t)>;
-      broadcast_rows_kernel<T><<<blocks_for(batch * m * n), kThreads>>>(
-          static_cast<T*>(out.data_ptr()), static_cast<const T*>(bias.data_ptr()), n, batch * m * n);
+      // About 16 rows per block: enough blocks to fill the GPU, few enough that each does real work.
+      const dim3 grid(blocks_for(n), static_cast<unsigned>(std::clamp<int64_t>(batch * m / 16, 1, 65535)));
+      broadcast_rows_kernel<T><<<grid, kThreads>>>(static_cast<T*>(out.data_ptr()),
+                                                   static_cast<const T*>(bias.data_ptr()), n, batch * m);
       AG_CUDA_CHECK_LAUNCH("broadcast_rows_kernel");
     });
   }

@@ -19,8 +19,12 @@ namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
-constexpr int64_t kChunk = 4096;   // reduced elements per partial
+constexpr int64_t kChunk = 4096;   // reduced elements per partial, at most
 constexpr int kTileX = 32, kTileY = 8;
+// More, shorter chunks when the outputs alone give few blocks (a bias gradient of 4096 columns is
+// 128 column tiles): about kTargetBlocks blocks, each chunk still kMinChunk terms or more. Fixed
+// by the shape, not the GPU, so the sum stays deterministic.
+constexpr int64_t kTargetBlocks = 2048, kMinChunk = 64;
 
 struct Identity {
   __device__ double operator()(double total) const { return total; }
@@ -47,6 +51,7 @@ SumPlans sum_plans(const Tensor& x, const Tensor& out) {
 
 template <typename T>
 __device__ double term(const T* x, const StridedPlan<1>& reduced, int64_t base, int64_t r) {
+  if (reduced.rank == 1) return static_cast<double>(dload(x[base + reduced.offset[0] + r * reduced.strides[0][0]]));
   int64_t off[1];
   plan_offsets(reduced, r, off);
   return static_cast<double>(dload(x[base + off[0]]));
@@ -201,7 +206,10 @@ void sum_to(const Tensor& x, double alpha, Tensor& out) {
   if (n_out == 0) return;
   const SumPlans plans = sum_plans(x, out);
   const int64_t terms = plans.reduced.numel;
-  const int64_t chunks = std::clamp<int64_t>((terms + kChunk - 1) / kChunk, 1, 65535);
+  const int64_t blocks_per_chunk = plans.inner_reduced ? n_out : (n_out + kTileX - 1) / kTileX;
+  const int64_t for_occupancy = std::min((kTargetBlocks + blocks_per_chunk - 1) / blocks_per_chunk,
+                                         (terms + kMinChunk - 1) / kMinChunk);
+  const int64_t chunks = std::clamp<int64_t>(std::max((terms + kChunk - 1) / kChunk, for_occupancy), 1, 65535);
   const int64_t chunk = std::max<int64_t>(1, (terms + chunks - 1) / chunks);
   Allocator& alloc = caching_allocator();
   const size_t nbytes = sizeof(double) * static_cast<size_t>(chunks * n_out);
