@@ -1,5 +1,5 @@
 // The Fashion-MNIST classifier of examples/fashion_mnist trained data-parallel, one process per rank:
-//   mpirun -np 2 bazel-bin/examples/ddp_fashion_mnist [--amp] [--data DIR] [--epochs N]
+//   mpirun -np 2 bazel-bin/examples/ddp_fashion_mnist [--amp[=fp16|bf16]] [--data DIR] [--epochs N]
 //          [--batch-size N] [--lr X] [--train-samples N] [--seed N]
 // --batch-size is the global batch: each rank takes batch-size / ranks samples of its own shard
 // (DistributedSampler) per step, so the run follows the single-process one step for step.
@@ -18,60 +18,15 @@ namespace fm = ampgrad::fashion;
 
 namespace {
 
-struct Args {
-  bool amp = false;
-  std::string data = fm::kDefaultDataDir;
-  int64_t epochs = 5;
-  int64_t batch_size = 128;
-  double lr = 1e-3;
-  int64_t train_samples = -1;  // all
-  uint64_t seed = 0;
-};
-
 constexpr const char* kUsage =
-    "usage: mpirun -np N ddp_fashion_mnist [--amp] [--data DIR] [--epochs N] [--batch-size N] [--lr X]\n"
-    "                                      [--train-samples N] [--seed N]\n"
-    "  --amp             FP16 autocast + GradScaler (default: FP32)\n"
+    "usage: mpirun -np N ddp_fashion_mnist [--amp[=fp16|bf16]] [--data DIR] [--epochs N] [--batch-size N]\n"
+    "                                      [--lr X] [--train-samples N] [--seed N]\n"
+    "  --amp, --amp=fp16 FP16 autocast + GradScaler (default: FP32)\n"
+    "  --amp=bf16        BF16 autocast, no GradScaler\n"
     "  --batch-size N    the global batch, split evenly over the ranks (default 128)\n"
     "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
     "                    (default /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist)\n"
     "  --train-samples N train on the first N training images only\n";
-
-// Parses "--name VALUE" and "--name=VALUE"; false on anything it does not know.
-bool parse_args(int argc, char** argv, Args& args) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    if (arg == "--amp") {
-      args.amp = true;
-      continue;
-    }
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return false;
-    }
-    char* end = nullptr;
-    if (arg == "--data") {
-      args.data = value;
-      continue;
-    }
-    if (arg == "--lr") {
-      args.lr = std::strtod(value.c_str(), &end);
-    } else {
-      const long long n = std::strtoll(value.c_str(), &end, 10);
-      if (arg == "--epochs") args.epochs = n;
-      else if (arg == "--batch-size") args.batch_size = n;
-      else if (arg == "--train-samples") args.train_samples = n;
-      else if (arg == "--seed" && n >= 0) args.seed = static_cast<uint64_t>(n);
-      else return false;
-    }
-    if (value.empty() || *end != '\0') return false;
-  }
-  return args.epochs > 0 && args.batch_size > 0 && args.lr > 0;
-}
 
 // Every rank's parameters, byte for byte, compared on all ranks.
 bool replicas_identical(dist::ProcessGroup& world, ag::nn::Module& model) {
@@ -89,8 +44,8 @@ bool replicas_identical(dist::ProcessGroup& world, ag::nn::Module& model) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args;
-  if (!parse_args(argc, argv, args)) {
+  fm::CommandLine args;
+  if (!fm::parse_command_line(argc, argv, args, fm::OutputFlags::kNo)) {
     std::fputs(kUsage, stderr);
     return 2;
   }
@@ -111,7 +66,8 @@ int main(int argc, char** argv) {
     AG_CHECK(steps_per_epoch > 0, "ddp_fashion_mnist: ", train.size(), " training images give no full batch of ",
              args.batch_size);
 
-    const fm::Precision precision = args.amp ? fm::Precision::kAmp : fm::Precision::kFp32;
+    const fm::Precision precision = args.precision;
+    const bool scaled = precision == fm::Precision::kAmp;  // the loss scale and skipped steps are worth printing
     ag::manual_seed(args.seed + static_cast<uint64_t>(rank));  // each its own init: the wrapper broadcasts rank 0's
     fm::Classifier classifier(fm::make_mlp(), {.precision = precision,
                                                .batch_size = local_batch,
@@ -120,7 +76,7 @@ int main(int argc, char** argv) {
     dist::DistributedDataParallel ddp(classifier.model, world);
     if (rank == 0) {
       std::printf("Fashion-MNIST, MLP %s on %d ranks, %s; global batch %lld (%lld per rank), %lld steps per epoch\n",
-                  fm::describe({}).c_str(), world.size(), args.amp ? "AMP (FP16 autocast + GradScaler)" : "FP32",
+                  fm::describe({}).c_str(), world.size(), fm::precision_name(precision),
                   static_cast<long long>(args.batch_size), static_cast<long long>(local_batch),
                   static_cast<long long>(steps_per_epoch));
       std::fflush(stdout);
@@ -141,7 +97,7 @@ int main(int argc, char** argv) {
         classifier.optimizer.zero_grad();
         ag::Tensor loss;
         {
-          ag::amp::AutocastGuard autocast(ag::Device::kCPU, ag::DType::kFloat16, args.amp);
+          const ag::amp::AutocastGuard autocast = fm::autocast_for(precision);
           loss = ag::ops::cross_entropy(ddp(batch.images), batch.labels);
         }
         classifier.scaler.scale(loss).backward();  // the gradients are the ranks' average here
@@ -160,7 +116,7 @@ int main(int argc, char** argv) {
         std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f  test accuracy %.2f%%",
                     static_cast<long long>(epoch + 1), static_cast<long long>(args.epochs), mean.item(), result.loss,
                     100 * result.accuracy);
-        if (args.amp) {
+        if (scaled) {
           std::printf("  scale %g  skipped steps %lld", classifier.scaler.get_scale(),
                       static_cast<long long>((epoch + 1) * steps_per_epoch - classifier.optimizer.steps_taken()));
         }
@@ -172,7 +128,7 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::printf("parameters identical on all %d ranks: %s\n", world.size(), identical ? "yes" : "NO");
       std::printf("final test accuracy %.2f%% (%s, %d ranks, %lld epochs, %.1f s)\n", 100 * result.accuracy,
-                  args.amp ? "AMP" : "FP32", world.size(), static_cast<long long>(args.epochs),
+                  fm::precision_name(precision), world.size(), static_cast<long long>(args.epochs),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     AG_CHECK(identical, "ddp_fashion_mnist: the replicas' parameters differ after training");

@@ -2,6 +2,7 @@
 #include "examples/fashion.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 namespace ampgrad::fashion {
@@ -58,15 +59,10 @@ const char* precision_name(Precision precision) {
   return "?";
 }
 
-namespace {
-
-// An autocast guard for `precision`: disabled (and its dtype unused) for kFp32.
 amp::AutocastGuard autocast_for(Precision precision) {
   const bool amp = precision != Precision::kFp32;
   return amp::AutocastGuard(Device::kCPU, amp ? autocast_dtype(precision) : DType::kFloat16, amp);
 }
-
-}  // namespace
 
 Classifier::Classifier(nn::Sequential m, const TrainOptions& opts)
     : model(std::move(m)),
@@ -157,6 +153,42 @@ double train_epoch(Classifier& classifier, const Dataset& data, const std::funct
     if (on_step) on_step(steps, loss);
   }
   return steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0;
+}
+
+bool parse_command_line(int argc, char** argv, CommandLine& out, OutputFlags outputs) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg == "--amp" || arg == "--amp=fp16" || arg == "--amp=bf16") {
+      out.precision = arg == "--amp=bf16" ? Precision::kAmpBf16 : Precision::kAmp;
+      continue;
+    }
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return false;
+    }
+    const bool output = arg == "--plot" || arg == "--logdir";
+    if (arg == "--data" || (output && outputs == OutputFlags::kYes)) {
+      (arg == "--data" ? out.data : arg == "--plot" ? out.plot : out.logdir) = value;
+      continue;
+    }
+    char* end = nullptr;
+    if (arg == "--lr") {
+      out.lr = std::strtod(value.c_str(), &end);
+    } else {
+      const long long n = std::strtoll(value.c_str(), &end, 10);
+      if (arg == "--epochs") out.epochs = n;
+      else if (arg == "--batch-size") out.batch_size = n;
+      else if (arg == "--train-samples") out.train_samples = n;
+      else if (arg == "--seed" && n >= 0) out.seed = static_cast<uint64_t>(n);
+      else return false;
+    }
+    if (value.empty() || *end != '\0') return false;
+  }
+  return out.epochs > 0 && out.batch_size > 0 && out.lr > 0;
 }
 
 }  // namespace ampgrad::fashion

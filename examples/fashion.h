@@ -51,6 +51,8 @@ enum class Precision : uint8_t { kFp32, kAmp, kAmpBf16 };
 
 /// The autocast dtype of an AMP precision (float32 for kFp32: no autocast).
 DType autocast_dtype(Precision precision);
+/// A CPU autocast guard for `precision`: disabled (and its dtype unused) for kFp32.
+amp::AutocastGuard autocast_for(Precision precision);
 /// "FP32", "AMP (FP16 autocast + GradScaler)", "AMP (BF16 autocast, no scaler)".
 const char* precision_name(Precision precision);
 
@@ -101,5 +103,25 @@ Dataset gather(const Dataset& data, const Tensor& indices);
 /// loss) after each step. Returns the mean training loss.
 double train_epoch(Classifier& classifier, const Dataset& data,
                    const std::function<void(int64_t, float)>& on_step = nullptr);
+
+/// The command line of the Fashion-MNIST examples: --amp[=fp16|bf16], --data DIR, --epochs N,
+/// --batch-size N, --lr X, --train-samples N, --seed N, and where `outputs` is set --plot DIR and
+/// --logdir DIR; each value as "--name VALUE" or "--name=VALUE".
+struct CommandLine {
+  Precision precision = Precision::kFp32;
+  std::string data = kDefaultDataDir;
+  int64_t epochs = 5;
+  int64_t batch_size = 128;
+  double lr = 1e-3;
+  int64_t train_samples = -1;  // all
+  uint64_t seed = 0;
+  std::string plot;    // a folder for loss.png and scale.png
+  std::string logdir;  // a TensorBoard log folder
+};
+enum class OutputFlags : bool { kNo, kYes };
+
+/// Parses argv into `out`; false on a flag it does not know (--plot and --logdir without
+/// `outputs`), a missing or malformed value, or a count or lr that is not positive.
+bool parse_command_line(int argc, char** argv, CommandLine& out, OutputFlags outputs);
 
 }  // namespace ampgrad::fashion

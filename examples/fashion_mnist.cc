@@ -19,18 +19,6 @@ namespace fm = ampgrad::fashion;
 
 namespace {
 
-struct Args {
-  fm::Precision precision = fm::Precision::kFp32;
-  std::string data = fm::kDefaultDataDir;
-  int64_t epochs = 5;
-  int64_t batch_size = 128;
-  double lr = 1e-3;
-  int64_t train_samples = -1;  // all
-  uint64_t seed = 0;
-  std::string plot;    // a folder for loss.png and scale.png
-  std::string logdir;  // a TensorBoard log folder
-};
-
 constexpr const char* kUsage =
     "usage: fashion_mnist [--amp[=fp16|bf16]] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
     "[--seed N] [--plot DIR] [--logdir DIR]\n"
@@ -42,42 +30,6 @@ constexpr const char* kUsage =
     "  --plot DIR        draw loss.png (and with --amp scale.png) into DIR (needs gnuplot)\n"
     "  --logdir DIR      TensorBoard scalars; with --amp also gradient statistics every 100 steps\n";
 
-// Parses "--name VALUE" and "--name=VALUE"; false on anything it does not know.
-bool parse_args(int argc, char** argv, Args& args) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    if (arg == "--amp" || arg == "--amp=fp16" || arg == "--amp=bf16") {
-      args.precision = arg == "--amp=bf16" ? fm::Precision::kAmpBf16 : fm::Precision::kAmp;
-      continue;
-    }
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return false;
-    }
-    char* end = nullptr;
-    if (arg == "--data" || arg == "--plot" || arg == "--logdir") {
-      (arg == "--data" ? args.data : arg == "--plot" ? args.plot : args.logdir) = value;
-      continue;
-    }
-    if (arg == "--lr") {
-      args.lr = std::strtod(value.c_str(), &end);
-    } else {
-      const long long n = std::strtoll(value.c_str(), &end, 10);
-      if (arg == "--epochs") args.epochs = n;
-      else if (arg == "--batch-size") args.batch_size = n;
-      else if (arg == "--train-samples") args.train_samples = n;
-      else if (arg == "--seed" && n >= 0) args.seed = static_cast<uint64_t>(n);
-      else return false;
-    }
-    if (value.empty() || *end != '\0') return false;
-  }
-  return args.epochs > 0 && args.batch_size > 0 && args.lr > 0;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -85,8 +37,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args args;
-  if (!parse_args(argc, argv, args)) {
+  fm::CommandLine args;
+  if (!fm::parse_command_line(argc, argv, args, fm::OutputFlags::kYes)) {
     std::fputs(kUsage, stderr);
     return 2;
   }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "examples/fashion.h"
 #include "tests/test_util.h"
@@ -174,6 +175,40 @@ TEST(FashionData, ErrorsSayHowToGetTheData) {
       << std::string("\0\0\x08\x03\0\0\0\x0a\0\0\0\x1c\0\0\0\x1cxyz", 19);
   EXPECT_ERROR([&] { fm::load_dataset(truncated, data::MnistSplit::kTrain); }, "truncated", "[10, 28, 28]",
                "apt-get install dataset-fashion-mnist");
+}
+
+// The examples' shared command line: both flag forms, the precisions, --plot/--logdir only where
+// the example writes them, and malformed or non-positive values refused.
+TEST(FashionCommandLine, ParsesTheExamplesFlags) {
+  const auto parse = [](std::vector<std::string> words, fm::OutputFlags outputs, fm::CommandLine& out) {
+    words.insert(words.begin(), "prog");
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    return fm::parse_command_line(static_cast<int>(argv.size()), argv.data(), out, outputs);
+  };
+  fm::CommandLine a;
+  ASSERT_TRUE(parse({"--amp=bf16", "--epochs", "3", "--batch-size=32", "--lr", "5e-4", "--seed=7", "--data", "d",
+                     "--train-samples", "100", "--plot", "p", "--logdir=l"},
+                    fm::OutputFlags::kYes, a));
+  EXPECT_EQ(a.precision, fm::Precision::kAmpBf16);
+  EXPECT_EQ(a.epochs, 3);
+  EXPECT_EQ(a.batch_size, 32);
+  EXPECT_DOUBLE_EQ(a.lr, 5e-4);
+  EXPECT_EQ(a.seed, 7u);
+  EXPECT_EQ(a.data, "d");
+  EXPECT_EQ(a.train_samples, 100);
+  EXPECT_EQ(a.plot, "p");
+  EXPECT_EQ(a.logdir, "l");
+  fm::CommandLine b;
+  ASSERT_TRUE(parse({"--amp"}, fm::OutputFlags::kNo, b));
+  EXPECT_EQ(b.precision, fm::Precision::kAmp);
+  EXPECT_EQ(b.data, fm::kDefaultDataDir);
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--plot", "p"}, {"--epochs", "0"}, {"--epochs=2x"}, {"--lr=-1"}, {"--seed=-3"}, {"--batch-size"},
+           {"--unknown=1"}, {"--epochs="}}) {
+    fm::CommandLine c;
+    EXPECT_FALSE(parse(bad, fm::OutputFlags::kNo, c)) << bad[0];
+  }
 }
 
 }  // namespace
