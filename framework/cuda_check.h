@@ -64,7 +64,8 @@ inline std::string_view fault_hint(cudaError_t err) {
 }
 
 [[noreturn]] inline void throw_cuda_error(const char* file, int line, const char* call, cudaError_t err) {
-  // Header-only on purpose: framework/cuda references no non-inline framework symbol (see BUILD).
+  // Header-only on purpose: framework/cuda references no non-inline framework symbol (see BUILD);
+  // check_launch's record_launch is framework:cuda's own (launch_profile.cc).
   throw ::ampgrad::Error(::ampgrad::detail::str_cat(file, ":", line, ": CUDA call `", call, "` failed: ",
                                                     cudaGetErrorName(err), " (", cudaGetErrorString(err), ")",
                                                     fault_hint(err)));

@@ -3,7 +3,10 @@
 // event behind its kernel on the legacy stream; the time from one event to the next is that
 // kernel's time on the GPU, plus any time the GPU sat idle waiting for the host, so profile code
 // that keeps the GPU busy. Copies and memsets are not checked launches: they count with the launch
-// after them. Defined in CUDA builds only (framework:cuda).
+// after them. Each device has its own timeline; launches from several host threads onto one device
+// share it, so their times may be billed to each other's names. Completed events are folded into
+// running totals as the run goes, so a long run holds a bounded number. Defined in CUDA builds only
+// (framework:cuda).
 #pragma once
 
 #include <cstdint>
