@@ -19,11 +19,11 @@ namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
-constexpr int64_t kChunk = 4096;   // reduced elements per partial, at most
+constexpr int64_t kChunk = 4096;   // reduced elements per partial (more when 65535 chunks are not enough)
 constexpr int kTileX = 32, kTileY = 8;
-// More, shorter chunks when the outputs alone give few blocks (a bias gradient of 4096 columns is
-// 128 column tiles): about kTargetBlocks blocks, each chunk still kMinChunk terms or more. Fixed
-// by the shape, not the GPU, so the sum stays deterministic.
+// When the innermost dimension is kept, more and shorter chunks if the column tiles alone give few
+// blocks (a bias gradient of 4096 columns is 128 tiles): about kTargetBlocks blocks, chunks of
+// about kMinChunk terms or more. Fixed by the shape, not the GPU, so the sum stays deterministic.
 constexpr int64_t kTargetBlocks = 2048, kMinChunk = 64;
 
 struct Identity {
@@ -206,11 +206,14 @@ void sum_to(const Tensor& x, double alpha, Tensor& out) {
   if (n_out == 0) return;
   const SumPlans plans = sum_plans(x, out);
   const int64_t terms = plans.reduced.numel;
-  const int64_t blocks_per_chunk = plans.inner_reduced ? n_out : (n_out + kTileX - 1) / kTileX;
-  const int64_t for_occupancy = std::min((kTargetBlocks + blocks_per_chunk - 1) / blocks_per_chunk,
-                                         (terms + kMinChunk - 1) / kMinChunk);
-  const int64_t chunks = std::clamp<int64_t>(std::max((terms + kChunk - 1) / kChunk, for_occupancy), 1, 65535);
+  int64_t chunks = (terms + kChunk - 1) / kChunk;
+  if (!plans.inner_reduced) {  // a row-sum block already has 256 threads on one output's terms
+    const int64_t tiles = (n_out + kTileX - 1) / kTileX;
+    chunks = std::max(chunks, std::min((kTargetBlocks + tiles - 1) / tiles, terms / kMinChunk));
+  }
+  chunks = std::clamp<int64_t>(chunks, 1, 65535);
   const int64_t chunk = std::max<int64_t>(1, (terms + chunks - 1) / chunks);
+  if (terms > 0) chunks = (terms + chunk - 1) / chunk;  // no empty trailing chunk
   Allocator& alloc = caching_allocator();
   const size_t nbytes = sizeof(double) * static_cast<size_t>(chunks * n_out);
   double* partials = static_cast<double*>(alloc.allocate(nbytes));
