@@ -32,39 +32,50 @@ glibc_floor() {
   objdump -T "$1"/* 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sort -uV | tail -n 1 | sed 's/GLIBC_//'
 }
 
-# glibc's own libraries and libgcc_s: present on every GPU machine, never shipped.
-glibc_libs='(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|ld-linux-x86-64)\.so\.[0-9]+'
+# Libraries every GPU machine has (glibc's own and libgcc_s): a binary may need them, never shipped.
+system_libs='^(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux-x86-64)\.so\.[0-9]+$'
+
+# The shared libraries binary $1 names itself (its NEEDED entries), one per line.
+needed() { objdump -p "$1" | awk '$1 == "NEEDED" {print $2}'; }
 
 # One of ompi_info's install paths (prefix, pkglibdir, pkgdatadir) of the MPI the build linked.
 ompi_path() { ompi_info --parsable --path "$1" | awk -F: '{print $NF}'; }
 
 # Packs the MPI runtime nccl_test needs into $1/mpi-runtime.tar.gz, at the paths it was installed
 # at (the run relocates it with OPAL_PREFIX and PMIX_INSTALL_PREFIX): libmpi and every library it
-# and its components need (not glibc's), the components, the help text; and mpi.env, which names
-# the install prefixes. Java and header files stay behind.
-pack_mpi_runtime() {
+# and its components need (not the system's, libstdc++, NCCL or the driver's: the GPU machine has
+# its own), the components, the help text; and mpi.env, which names the install prefixes. Java and
+# header files stay behind. A subshell, so the staging folder goes on every way out.
+pack_mpi_runtime() (
   local out="$1" stage prefix pkglibdir pkgdatadir pmix lib
-  command -v ompi_info >/dev/null || { echo "error: ompi_info not found (./bazelw installs OpenMPI)" >&2; return 1; }
+  command -v ompi_info >/dev/null || { echo "error: ompi_info not found (./bazelw installs OpenMPI)" >&2; exit 1; }
   prefix="$(ompi_path prefix)" pkglibdir="$(ompi_path pkglibdir)" pkgdatadir="$(ompi_path pkgdatadir)"
+  if [[ "$prefix" != /* || ! -d "$pkglibdir" || ! -d "$pkgdatadir" || "$pkglibdir" == / ]]; then
+    echo "error: ompi_info gave no usable install paths (prefix '$prefix', pkglibdir '$pkglibdir')" >&2
+    exit 1
+  fi
   pmix="$(ompi_info --all --parsable | grep -o -- "--with-pmix=[^' ]*" | head -n 1 | cut -d= -f2)"
-  stage="$(mktemp -d)"
-  mkdir -p "$stage/lib" "$stage$pkglibdir" "$stage$pkgdatadir"
-  cp -a "$pkglibdir/." "$stage$pkglibdir/" && cp -a "$pkgdatadir/." "$stage$pkgdatadir/" || return 1
+  [[ "$pmix" == /* && -d "$pmix/lib" ]] || pmix=""  # "internal", "external" or none: nothing apart
+  stage="$(mktemp -d)" || exit 1
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage/lib" "$stage$pkglibdir" "$stage$pkgdatadir" || exit 1
+  cp -a "$pkglibdir/." "$stage$pkglibdir/" && cp -a "$pkgdatadir/." "$stage$pkgdatadir/" || exit 1
   rm -f "$stage$pkglibdir"/*java*
-  if [[ -n "$pmix" && -d "$pmix/lib" ]]; then  # an external PMIx has its own components
+  if [[ -n "$pmix" ]]; then  # an external PMIx has its own components
     mkdir -p "$stage$pmix/lib"
     cp -a "$pmix/lib/pmix" "$stage$pmix/lib/" 2>/dev/null
     [[ -d "$pmix/share" ]] && cp -a "$pmix/share" "$stage$pmix/"
   fi
   for lib in $( { ldd "$out/bin/nccl_test"; find "$stage" -name '*.so*' -type f -exec ldd {} \; ; } 2>/dev/null |
-                awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u | grep -Ev "/$glibc_libs\$" | grep -v 'libnccl\.so'); do
-    cp -L "$lib" "$stage/lib/" || return 1
+                awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
+                awk -F/ '{print $NF "\t" $0}' | grep -Ev '^(libc|libm|libdl|libpthread|librt|libgcc_s|ld-linux-x86-64|libstdc\+\+|libnccl|libcuda)\.so|^libnvidia-' |
+                cut -f2); do
+    cp -L "$lib" "$stage/lib/" || exit 1
   done
   printf 'prefix=%s\npmix=%s\n' "$prefix" "$pmix" >"$stage/mpi.env"
-  tar -C "$stage" -czf "$out/mpi-runtime.tar.gz" . || return 1
-  rm -rf "$stage"
+  tar -C "$stage" -czf "$out/mpi-runtime.tar.gz" . || exit 1
   echo "MPI runtime: $(ompi_info --version 2>/dev/null | head -n 1), $(du -h "$out/mpi-runtime.tar.gz" | cut -f1) packed"
-}
+)
 
 build() {
   local root out
@@ -97,12 +108,15 @@ build() {
   echo "shared libraries the binaries need:"
   ldd "$out"/bin/* | awk '/=>/ {print "  " $1}' | sort -u
   # Only glibc's own libraries and libgcc_s may stay shared (libstdc++ and zlib are linked in);
-  # nccl_test also takes MPI's (packed below) and NCCL (the GPU machine's).
-  local extra
-  extra="$(ldd "$out"/bin/* | awk '/=>/ {print $1}' | sort -u | grep -Ev "^$glibc_libs\$" |
-           grep -Ev "^($(ldd "$out/bin/nccl_test" | awk '/=>/ {print $1}' | paste -sd '|' | sed 's/\./\\./g'))\$")"
+  # nccl_test may also name MPI (packed below) and NCCL (the GPU machine's).
+  local bin extra=""
+  for bin in "$out"/bin/*; do
+    extra+="$(needed "$bin" | grep -Ev "$system_libs" |
+              { if [[ "$bin" == */nccl_test ]]; then grep -Ev '^(libmpi\.so\.[0-9]+|libnccl\.so\.2)$'; else cat; fi } |
+              sed "s|^| $(basename "$bin"): |")"
+  done
   if [[ -n "$extra" ]]; then
-    echo "error: the bundle needs shared libraries a GPU machine may lack:" $extra >&2
+    echo "error: the bundle needs shared libraries a GPU machine may lack:$extra" >&2
     exit 1
   fi
   pack_mpi_runtime "$out" || exit 1
@@ -169,13 +183,13 @@ summarize() {
   [[ "$status" == ok ]]
 }
 
-# Unpacks the MPI runtime $1 (see pack_mpi_runtime) and prints the VAR=value lines nccl_test runs
+# Unpacks the MPI runtime $1 (see pack_mpi_runtime) into folder $2 and prints the VAR=value lines nccl_test runs
 # with: one rank as an isolated singleton (no mpirun, no daemon), the runtime relocated to where it
 # was unpacked, and NCCL found like cuBLAS. Says on stderr what it could not find.
 mpi_runtime_env() {
-  local tarball="$1" dir nccl prefix pmix
+  local tarball="$1" dir="$2" nccl prefix pmix
   [[ -f "$tarball" ]] || { echo "warning: no $tarball; nccl_test will fail to load" >&2; return 1; }
-  dir="$(mktemp -d "${TMPDIR:-/tmp}/ampgrad-mpi.XXXXXX")" && tar -C "$dir" -xzf "$tarball" || return 1
+  tar -C "$dir" -xzf "$tarball" || return 1
   prefix="$(sed -n 's/^prefix=//p' "$dir/mpi.env")" pmix="$(sed -n 's/^pmix=//p' "$dir/mpi.env")"
   if nccl="$(find_cuda_lib libnccl.so.2 "nccl/lib cu13/lib")"; then
     echo "NCCL: $nccl" >&2
@@ -187,6 +201,7 @@ mpi_runtime_env() {
   [[ -n "$pmix" ]] && echo "PMIX_INSTALL_PREFIX=$dir$pmix"
   echo "OMPI_MCA_ess_singleton_isolated=1"
   echo "OMPI_MCA_btl=self"
+  echo "OMPI_MCA_pml=ob1"  # no UCX, OFI or PSM2 start-up for a single rank
   # Components for network hardware this machine lacks fail to load; that is expected.
   echo "OMPI_MCA_mca_base_component_show_load_errors=0"
 }
@@ -205,7 +220,7 @@ run() {
   # "not found"). cuBLAS is not among them: it is loaded at run time. nccl_test is checked below,
   # with its MPI runtime.
   local deps
-  deps="$(ldd $(ls -d "$bindir"/* | grep -v '/nccl_test$') 2>&1)"
+  deps="$(find "$bindir" -maxdepth 1 -type f ! -name nccl_test -exec ldd {} + 2>&1)"
   if grep -q 'not found' <<<"$deps"; then
     echo "$deps"
     echo "GPU check FAILED before running anything: the binaries do not load on this machine" >&2
@@ -234,8 +249,10 @@ run() {
   # still runs, and fails with the reason.
   local nccl_env=()
   if [[ -x "$bindir/nccl_test" ]]; then
-    mapfile -t nccl_env < <(mpi_runtime_env "$bindir/../mpi-runtime.tar.gz")
-    if ! env "${nccl_env[@]}" ldd "$bindir/nccl_test" >"$logs/nccl_test_ldd.log" 2>&1 ||
+    mpi_dir="$(mktemp -d "${TMPDIR:-/tmp}/ampgrad-mpi.XXXXXX")" || exit 1
+    trap 'rm -rf "$mpi_dir"' EXIT
+    mapfile -t nccl_env < <(mpi_runtime_env "$bindir/../mpi-runtime.tar.gz" "$mpi_dir")
+    if ! env ${nccl_env[@]+"${nccl_env[@]}"} ldd "$bindir/nccl_test" >"$logs/nccl_test_ldd.log" 2>&1 ||
        grep -q 'not found' "$logs/nccl_test_ldd.log"; then
       echo "nccl_test does not load here:"; grep 'not found' "$logs/nccl_test_ldd.log"
     fi
@@ -252,10 +269,10 @@ run() {
   for entry in "${runs[@]}"; do
     local bin sync log start rc secs extra_env=()
     IFS='|' read -r name bin sync <<<"$entry"
-    [[ "$name" == nccl_test* ]] && extra_env=("${nccl_env[@]}")
+    [[ "$name" == nccl_test* ]] && extra_env=(${nccl_env[@]+"${nccl_env[@]}"})
     log="$logs/$(tr ' =' '__' <<<"$name").log"
     start=$(date +%s)
-    env "${extra_env[@]}" AMPGRAD_CUDA_SYNC="$sync" timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin" >"$log" 2>&1
+    env ${extra_env[@]+"${extra_env[@]}"} AMPGRAD_CUDA_SYNC="$sync" timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin" >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
     echo "==== $name (exit $rc, ${secs}s; log $log)"
