@@ -6,7 +6,8 @@ The steps: Linear layers with ReLU between them, mse_loss, Adam lr 1e-4, zero_gr
   seed   Linear(10,1), batch 64
   mlp    3 x Linear(4096,4096), batch 4096
 each in FP32 (TF32 off, PyTorch's default for matmuls), FP16 autocast with a GradScaler, and BF16
-autocast without one; Adam as PyTorch runs it by default (foreach) and with fused=True.
+autocast without one; Adam as PyTorch runs it by default (foreach) and with fused=True. 16-bit
+GEMMs add split-K partials in FP32, as ampgrad's do (PyTorch's default allows 16-bit ones).
 Prints one line per step: "NAME PRECISION ADAM <mean ms per step> <peak MiB> <first loss> <last loss>",
 the mean over N steps (default 10; seed 200) after 2 warm-up steps, synchronised at both ends,
 as cuda_bench's time_per_call does; then the phases (zero_grad + forward + loss, backward,
@@ -93,6 +94,9 @@ def main():
         else:
             sys.exit(__doc__)
     torch.backends.cuda.matmul.allow_tf32 = False
+    # As ampgrad's GEMMs: 16-bit split-K partials are not added in 16 bits.
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     for fused in (False, True):
         for precision in ("fp32", "fp16", "bf16"):
