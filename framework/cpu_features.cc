@@ -83,6 +83,7 @@ const char* cpu_isa_name(CpuIsa isa) {
     case CpuIsa::kBaseline: return "baseline";
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx512Bf16: return "avx512_bf16";
     case CpuIsa::kNative: return "native";
   }
   return "?";
@@ -91,11 +92,12 @@ const char* cpu_isa_name(CpuIsa isa) {
 CpuIsa parse_cpu_isa(const char* value) {
   const std::string_view v = value == nullptr ? "" : value;
   if (v.empty() || v == "native") return CpuIsa::kNative;
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16}) {
     if (v == cpu_isa_name(isa)) return isa;
   }
   AG_FAIL("AMPGRAD_CPU_ISA='", v, "' is not a known setting; hint: use 'baseline' (no run-time-chosen ",
-          "extension), 'avx2', 'avx512' (at most that level) or 'native' (the default: the best the CPU supports)");
+          "extension), 'avx2', 'avx512', 'avx512_bf16' (at most that level) or 'native' (the default: the best ",
+          "the CPU supports)");
 }
 
 CpuIsa cpu_isa() {
@@ -110,17 +112,18 @@ std::string cpu_unsupported_reason(CpuIsa isa) {
   const auto need = [&](bool have, const char* name) {
     if (!have) missing += std::string(missing.empty() ? "" : " ") + name;
   };
-  if (isa == CpuIsa::kAvx2 || isa == CpuIsa::kAvx512) {
-    need(f.avx2, "avx2");
-    need(f.fma, "fma");
-    need(f.f16c, "f16c");
-  }
-  if (isa == CpuIsa::kAvx512) {
+  // A level needs its own features and those of every level below it.
+  if (isa == CpuIsa::kBaseline || isa == CpuIsa::kNative) return "";
+  need(f.avx2, "avx2");
+  need(f.fma, "fma");
+  need(f.f16c, "f16c");
+  if (isa == CpuIsa::kAvx512 || isa == CpuIsa::kAvx512Bf16) {
     need(f.avx512f, "avx512f");
     need(f.avx512bw, "avx512bw");
     need(f.avx512vl, "avx512vl");
     need(f.avx512dq, "avx512dq");
   }
+  if (isa == CpuIsa::kAvx512Bf16) need(f.avx512_bf16, "avx512_bf16");
   return missing.empty() ? "" : "this CPU lacks " + missing;
 }
 
@@ -128,8 +131,8 @@ bool cpu_supports(CpuIsa isa) { return cpu_unsupported_reason(isa).empty(); }
 
 CpuIsa effective_cpu_isa() {
   static const CpuIsa effective = [] {
-    const CpuIsa requested = cpu_isa() == CpuIsa::kNative ? CpuIsa::kAvx512 : cpu_isa();
-    for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+    const CpuIsa requested = cpu_isa() == CpuIsa::kNative ? CpuIsa::kAvx512Bf16 : cpu_isa();
+    for (CpuIsa isa : {CpuIsa::kAvx512Bf16, CpuIsa::kAvx512, CpuIsa::kAvx2}) {
       if (static_cast<int>(isa) <= static_cast<int>(requested) && cpu_supports(isa)) return isa;
     }
     return CpuIsa::kBaseline;

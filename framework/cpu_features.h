@@ -18,17 +18,21 @@ struct CpuFeatures {
 /// The features of the running CPU, detected once per process.
 const CpuFeatures& cpu_features();
 
-/// An instruction-set level, lowest first. kBaseline: only what the build's compiler flags
-/// guarantee, no run-time-chosen extension (portable CRC-32C; the AVX2 GEMM with the default flags).
-/// kAvx2: extensions of AVX2-era CPUs chosen at run time (SSE4.2 CRC-32C). kAvx512: AVX-512
-/// F/BW/VL/DQ kernels too. kNative: the best the CPU supports.
-enum class CpuIsa { kBaseline, kAvx2, kAvx512, kNative };
+/// An instruction-set level, lowest first; each allows the ones below it. kBaseline: only what the
+/// build's compiler flags guarantee, no run-time-chosen extension (portable CRC-32C; the AVX2 GEMM
+/// with the default flags). kAvx2: extensions of AVX2-era CPUs chosen at run time (SSE4.2 CRC-32C).
+/// kAvx512: AVX-512 F/BW/VL/DQ kernels too (BF16 GEMM operands still widened to float).
+/// kAvx512Bf16: AVX512_BF16 too: BF16 x BF16 GEMMs multiply BF16 pairs with VDPBF16PS, which
+/// flushes subnormal inputs and sums to zero (a level of its own so that it can be turned off).
+/// kNative: the best the CPU supports.
+enum class CpuIsa { kBaseline, kAvx2, kAvx512, kAvx512Bf16, kNative };
 
-/// "baseline", "avx2", "avx512", "native".
+/// "baseline", "avx2", "avx512", "avx512_bf16", "native".
 const char* cpu_isa_name(CpuIsa isa);
 
 /// Parses a value of AMPGRAD_CPU_ISA: null, "" or "native" -> kNative; "baseline", "avx2",
-/// "avx512" -> that level; anything else throws ampgrad::Error naming the value and the accepted ones.
+/// "avx512", "avx512_bf16" -> that level; anything else throws ampgrad::Error naming the value and
+/// the accepted ones.
 CpuIsa parse_cpu_isa(const char* value);
 
 /// parse_cpu_isa(getenv("AMPGRAD_CPU_ISA")), read on the first call and cached for the process.

@@ -1,8 +1,9 @@
 // The CPU's float GEMM: a packed, cache-blocked GEMM in the GotoBLAS/BLIS style whose register tile
-// is picked by instruction-set level (linear_gemm_micro_cpu.h: AVX2/FMA 6x16, AVX-512 12x32),
-// spread over the CPU pool (framework/parallel.h). FP16 and BF16 operands are widened while they
-// are packed and a 16-bit result is rounded once from the float sum, so they cost the same
-// arithmetic as FP32 plus O(n^2) conversions, never an O(n^3) one.
+// is picked by instruction-set level (linear_gemm_micro_cpu.h: AVX2/FMA 6x16, AVX-512 8x32),
+// spread over the CPU pool (framework/parallel.h). FP16 operands (and BF16 ones below the
+// avx512_bf16 level) are widened while they are packed, so they cost FP32's arithmetic plus O(n^2)
+// conversions; BF16 x BF16 on AVX512_BF16 is packed as pairs for VDPBF16PS, two k per instruction.
+// A 16-bit result is rounded once from the float sum.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,9 @@ struct GemmOptions {
 /// c = a b (+ bias[n] added to every row), for a [m, k] and b [k, n], accumulated in float. c is
 /// row-major [m, n] of c_dtype (float32, or float16/bfloat16 rounded once from the float sum).
 /// bias is n contiguous values (any of the three), or a view with null data for none. Every
-/// kernel gives the same bits (each element is bias, then one FMA per k in order).
+/// kernel gives the same bits (each element is bias, then one FMA per k in order), except that the
+/// BF16 pair kernel flushes subnormal inputs and partial sums to zero (see Packing).
+/// Throws if options.kernel takes BF16 pairs and a or b is not bfloat16.
 void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
            DType c_dtype, const GemmOptions& options = {});
 

@@ -4,8 +4,10 @@
 //     sums cover the FMA latency of two 512-bit pipes, and 10 loads per 16 FMAs leave the load
 //     ports room. On a Zen 4 core (512-bit FMAs issued as two 256-bit halves) it was 3-6% faster
 //     than the AVX2 tile over the mlp's shapes; 12x32 was 2-3% faster and 16x16 about as fast.
-// The AVX-512 kernel is compiled for its own target with a function attribute, so the library
-// still runs on any AVX2 CPU; it is only called when the running CPU has AVX-512 F/BW/VL/DQ.
+//   AVX512_BF16 8 x 32 over bfloat16 pairs: the AVX-512 tile with VDPBF16PS for the FMA, two k per
+//     instruction. On a Zen 4 core it retires one per cycle like a 512-bit FMA, so twice the FLOP.
+// The AVX-512 kernels are compiled for their own targets with function attributes, so the library
+// still runs on any AVX2 CPU; each is only called when the running CPU has its features.
 #include "ops/linear_gemm_micro_cpu.h"
 
 #include <cmath>
@@ -24,9 +26,11 @@ namespace ampgrad::kernels::cpu {
 namespace {
 
 // The portable tile (a build without AVX2): the same sums in the same order, one FMA per k.
-void micro_kernel_portable(int64_t kc, const float* __restrict a, const float* __restrict b, const float* init,
-                           int64_t init_ld, float* c, int64_t ldc) {
+void micro_kernel_portable(int64_t kc, const void* a_panel, const void* b_panel, const float* init, int64_t init_ld,
+                           float* c, int64_t ldc) {
   constexpr int kMR = 6, kNR = 16;
+  const float* __restrict a = static_cast<const float*>(a_panel);
+  const float* __restrict b = static_cast<const float*>(b_panel);
   float acc[kMR][kNR];
   for (int i = 0; i < kMR; ++i) {
     for (int j = 0; j < kNR; ++j) acc[i][j] = init ? init[i * init_ld + j] : 0.0f;
@@ -42,9 +46,11 @@ void micro_kernel_portable(int64_t kc, const float* __restrict a, const float* _
 #ifdef AMPGRAD_GEMM_AVX2
 // Not inlined: inside the driver GCC runs short of registers and reloads b for every FMA, which
 // saturates the load ports (-10% measured).
-[[gnu::noinline]] void micro_kernel_avx2(int64_t kc, const float* __restrict a, const float* __restrict b,
-                                         const float* init, int64_t init_ld, float* c, int64_t ldc) {
+[[gnu::noinline]] void micro_kernel_avx2(int64_t kc, const void* a_panel, const void* b_panel, const float* init,
+                                         int64_t init_ld, float* c, int64_t ldc) {
   constexpr int kMR = 6, kNR = 16;
+  const float* __restrict a = static_cast<const float*>(a_panel);
+  const float* __restrict b = static_cast<const float*>(b_panel);
   __m256 acc[kMR][2];
 #pragma GCC unroll 6
   for (int i = 0; i < kMR; ++i) {
@@ -72,19 +78,40 @@ void micro_kernel_portable(int64_t kc, const float* __restrict a, const float* _
 
 #ifdef AMPGRAD_GEMM_AVX512
 #define AMPGRAD_AVX512_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+#define AMPGRAD_AVX512_BF16_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")
 
-// A kMR x (16 kNV) tile: kMR * kNV zmm accumulators, kNV b vectors per k.
+// The accumulators of a kMR x (16 kNV) tile start from init (or zero) and end in c; both kernels
+// below share these and differ only in their k step.
 template <int kMR, int kNV>
-[[AMPGRAD_AVX512_TARGET, gnu::noinline]] void micro_kernel_avx512(int64_t kc, const float* __restrict a,
-                                                                   const float* __restrict b, const float* init,
-                                                                   int64_t init_ld, float* c, int64_t ldc) {
-  constexpr int kNR = 16 * kNV;
-  __m512 acc[kMR][kNV];
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void load_tile(__m512 (&acc)[kMR][kNV], const float* init,
+                                                                    int64_t init_ld) {
 #pragma GCC unroll 16
   for (int i = 0; i < kMR; ++i) {
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) acc[i][v] = init ? _mm512_loadu_ps(init + i * init_ld + 16 * v) : _mm512_setzero_ps();
   }
+}
+
+template <int kMR, int kNV>
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void store_tile(const __m512 (&acc)[kMR][kNV], float* c,
+                                                                     int64_t ldc) {
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
+  }
+}
+
+// A kMR x (16 kNV) tile of float words: kMR * kNV zmm accumulators, kNV b vectors per k.
+template <int kMR, int kNV>
+[[AMPGRAD_AVX512_TARGET, gnu::noinline]] void micro_kernel_avx512(int64_t kc, const void* a_panel, const void* b_panel,
+                                                                   const float* init, int64_t init_ld, float* c,
+                                                                   int64_t ldc) {
+  constexpr int kNR = 16 * kNV;
+  const float* __restrict a = static_cast<const float*>(a_panel);
+  const float* __restrict b = static_cast<const float*>(b_panel);
+  __m512 acc[kMR][kNV];
+  load_tile(acc, init, init_ld);
 #pragma GCC unroll 2
   for (int64_t p = 0; p < kc; ++p) {
     __m512 bv[kNV];
@@ -97,11 +124,32 @@ template <int kMR, int kNV>
       for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_fmadd_ps(ai, bv[v], acc[i][v]);
     }
   }
-#pragma GCC unroll 16
-  for (int i = 0; i < kMR; ++i) {
+  store_tile(acc, c, ldc);
+}
+
+// The same tile over words of two bfloat16 k-neighbours: one VDPBF16PS per two FMAs.
+template <int kMR, int kNV>
+[[AMPGRAD_AVX512_BF16_TARGET, gnu::noinline]] void micro_kernel_avx512_bf16(int64_t kw, const void* a_panel,
+                                                                             const void* b_panel, const float* init,
+                                                                             int64_t init_ld, float* c, int64_t ldc) {
+  constexpr int kNR = 16 * kNV;
+  const uint32_t* __restrict a = static_cast<const uint32_t*>(a_panel);
+  const uint32_t* __restrict b = static_cast<const uint32_t*>(b_panel);
+  __m512 acc[kMR][kNV];
+  load_tile(acc, init, init_ld);
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < kw; ++p) {
+    __m512bh bv[kNV];
 #pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
+    for (int v = 0; v < kNV; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + p * kNR + 16 * v);
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[p * kMR + i]));
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+    }
   }
+  store_tile(acc, c, ldc);
 }
 #endif
 
@@ -110,30 +158,40 @@ template <int kMR, int kNV>
 // costs less than the partial sums' round trips did: on a Zen 4 core, 1-thread CPU time over the
 // mlp's GEMM shapes, kc 256 -> 1024 took the AVX2 kernel from 85-94 to 92-100 GFLOP/s.
 // m blocks: 96 x 1024 of packed a (384 KB) stays in L2 (512 KB on Zen 3, 1-2 MB on newer cores).
-constexpr MicroKernel kPortable{"portable 6x16", 6, 16, 256, 144, micro_kernel_portable};
+constexpr MicroKernel kPortable{"portable 6x16", Packing::kFloat, 6, 16, 256, 144, micro_kernel_portable};
 #ifdef AMPGRAD_GEMM_AVX2
-constexpr MicroKernel kAvx2{"avx2 6x16", 6, 16, 1024, 96, micro_kernel_avx2};
+constexpr MicroKernel kAvx2{"avx2 6x16", Packing::kFloat, 6, 16, 1024, 96, micro_kernel_avx2};
 #else
 constexpr MicroKernel kAvx2 = kPortable;
 #endif
 #ifdef AMPGRAD_GEMM_AVX512
-constexpr MicroKernel kAvx512{"avx512 8x32", 8, 32, 1024, 96, micro_kernel_avx512<8, 2>};
+constexpr MicroKernel kAvx512{"avx512 8x32", Packing::kFloat, 8, 32, 1024, 96, micro_kernel_avx512<8, 2>};
+// k blocks of 2048 bfloat16: the same bytes per panel as the float kernel's 1024.
+constexpr MicroKernel kAvx512Bf16{"avx512_bf16 8x32 bf16 pairs", Packing::kBFloat16Pairs, 8, 32, 2048, 96,
+                                  micro_kernel_avx512_bf16<8, 2>};
+
+// Whether `isa` (a cap; kNative: none) lets a kernel of `level` run here.
+bool allows(CpuIsa isa, CpuIsa level) {
+  return (isa == CpuIsa::kNative || static_cast<int>(isa) >= static_cast<int>(level)) && cpu_supports(level);
+}
 #endif
 
 }  // namespace
 
-const MicroKernel& micro_kernel(CpuIsa isa) {
+const MicroKernel& micro_kernel(CpuIsa isa, DType operands) {
 #ifdef AMPGRAD_GEMM_AVX512
-  if ((isa == CpuIsa::kAvx512 || isa == CpuIsa::kNative) && cpu_supports(CpuIsa::kAvx512)) return kAvx512;
+  if (operands == DType::kBFloat16 && allows(isa, CpuIsa::kAvx512Bf16)) return kAvx512Bf16;
+  if (allows(isa, CpuIsa::kAvx512)) return kAvx512;
 #endif
   // The AVX2 kernel is the build's baseline (compiled in only with -mavx2 -mfma).
-  (void)isa;
+  (void)isa, (void)operands;
   return kAvx2;
 }
 
-const MicroKernel& default_micro_kernel() {
-  static const MicroKernel& kernel = micro_kernel(effective_cpu_isa());
-  return kernel;
+const MicroKernel& default_micro_kernel(DType operands) {
+  static const MicroKernel& widening = micro_kernel(effective_cpu_isa());
+  static const MicroKernel& bf16 = micro_kernel(effective_cpu_isa(), DType::kBFloat16);
+  return operands == DType::kBFloat16 ? bf16 : widening;
 }
 
 }  // namespace ampgrad::kernels::cpu

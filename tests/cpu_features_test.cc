@@ -1,6 +1,6 @@
 // CPU feature detection against the kernel's own list (/proc/cpuinfo), and AMPGRAD_CPU_ISA: its
 // values, and the level the kernels use never being one the CPU lacks. tests/BUILD also runs this
-// file with AMPGRAD_CPU_ISA set to baseline, avx2 and avx512.
+// file with AMPGRAD_CPU_ISA set to baseline, avx2, avx512 and avx512_bf16.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -56,6 +56,7 @@ TEST(CpuIsa, ParsesEveryValue) {
   EXPECT_EQ(parse_cpu_isa("baseline"), CpuIsa::kBaseline);
   EXPECT_EQ(parse_cpu_isa("avx2"), CpuIsa::kAvx2);
   EXPECT_EQ(parse_cpu_isa("avx512"), CpuIsa::kAvx512);
+  EXPECT_EQ(parse_cpu_isa("avx512_bf16"), CpuIsa::kAvx512Bf16);
   for (const char* bad : {"AVX512", "avx512bf16", "sse", " native"}) {
     EXPECT_TRUE(test::throws_error([&] { parse_cpu_isa(bad); }, {"AMPGRAD_CPU_ISA", bad, "baseline", "avx512"}));
   }
@@ -68,10 +69,16 @@ TEST(CpuIsa, SupportFollowsTheFeatures) {
   EXPECT_EQ(cpu_supports(CpuIsa::kAvx2), f.avx2 && f.fma && f.f16c);
   EXPECT_EQ(cpu_supports(CpuIsa::kAvx512),
             cpu_supports(CpuIsa::kAvx2) && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
+  EXPECT_EQ(cpu_supports(CpuIsa::kAvx512Bf16), cpu_supports(CpuIsa::kAvx512) && f.avx512_bf16);
   if (!f.avx512bw) {
     EXPECT_NE(cpu_unsupported_reason(CpuIsa::kAvx512).find("avx512bw"), std::string::npos);
+    EXPECT_NE(cpu_unsupported_reason(CpuIsa::kAvx512Bf16).find("avx512bw"), std::string::npos);
+  }
+  if (!f.avx512_bf16) {
+    EXPECT_NE(cpu_unsupported_reason(CpuIsa::kAvx512Bf16).find("avx512_bf16"), std::string::npos);
   }
   EXPECT_EQ(cpu_unsupported_reason(CpuIsa::kBaseline), "");
+  EXPECT_EQ(cpu_unsupported_reason(CpuIsa::kNative), "");
 }
 
 TEST(CpuIsa, EffectiveLevelIsTheRequestedOneLoweredToWhatTheCpuHas) {
@@ -83,7 +90,7 @@ TEST(CpuIsa, EffectiveLevelIsTheRequestedOneLoweredToWhatTheCpuHas) {
   EXPECT_TRUE(cpu_supports(effective));
   EXPECT_LE(static_cast<int>(effective), static_cast<int>(requested));
   // Nothing between the effective level and the requested one is supported (it is the best one).
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16}) {
     if (static_cast<int>(isa) > static_cast<int>(effective) && static_cast<int>(isa) <= static_cast<int>(requested)) {
       EXPECT_FALSE(cpu_supports(isa)) << cpu_isa_name(isa);
     }

@@ -1,12 +1,16 @@
 // The CPU GEMM kernel behind linear and matmul, against a float64 reference: every transpose,
 // FP32, FP16 and BF16, with and without bias, over shapes that hit the kernel's edges (partial tiles,
 // k split into several blocks, c split into column blocks, k = 0), and its result must not
-// depend on the thread count. Every micro-kernel this CPU runs (one per instruction-set level)
-// must give the baseline's bits; tests/BUILD runs this file again under AMPGRAD_CPU_ISA=baseline.
+// depend on the thread count. Every micro-kernel this CPU runs (one per instruction-set level and
+// operand dtype) must give the baseline's bits; tests/BUILD runs this file again under
+// AMPGRAD_CPU_ISA=baseline. gemm_bf16_test.cc tests the BF16 pair kernel's edges and subnormals.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "framework/allocator.h"
@@ -208,23 +212,28 @@ std::vector<uint16_t> sgemm_bits(const Case& c, DType dtype, Transpose ta, Trans
 }
 
 TEST(GemmLevels, EveryLevelThisCpuRunsGivesTheBaselineBits) {
-  const kc::MicroKernel& baseline = kc::micro_kernel(ag::CpuIsa::kBaseline);
   const Case cases[] = {{5, 17, 3}, {9, 40, 70}, {64, 64, 64}, {130, 200, 530}, {40, 70, 1100}};
   int compared = 0;
-  for (ag::CpuIsa isa : {ag::CpuIsa::kAvx2, ag::CpuIsa::kAvx512}) {
+  std::set<std::pair<const kc::MicroKernel*, DType>> done;  // a kernel that serves several levels runs once
+  for (ag::CpuIsa isa : {ag::CpuIsa::kAvx2, ag::CpuIsa::kAvx512, ag::CpuIsa::kAvx512Bf16}) {
     if (!ag::cpu_supports(isa)) {
       std::printf("[  SKIPPED ] level %s: %s\n", ag::cpu_isa_name(isa), ag::cpu_unsupported_reason(isa).c_str());
       continue;
     }
-    const kc::MicroKernel& kernel = kc::micro_kernel(isa);
-    if (&kernel == &baseline) {
-      std::printf("level %s: the baseline kernel (%s)\n", ag::cpu_isa_name(isa), kernel.name);
-      continue;
-    }
-    std::printf("level %s: kernel %s against %s\n", ag::cpu_isa_name(isa), kernel.name, baseline.name);
-    uint64_t seed = 100;
-    for (const Case& c : cases) {
-      for (DType dtype : kGemmDTypes) {
+    for (DType dtype : kGemmDTypes) {
+      // The BF16 pair kernel too: its sums are the FMA chain's (no subnormal in these values).
+      const kc::MicroKernel& kernel = kc::micro_kernel(isa, dtype);
+      const kc::MicroKernel& baseline = kc::micro_kernel(ag::CpuIsa::kBaseline, dtype);
+      const std::string name(ag::dtype_name(dtype));
+      if (&kernel == &baseline || !done.insert({&kernel, dtype}).second) {
+        std::printf("level %s, %s: kernel %s, compared already or the baseline\n", ag::cpu_isa_name(isa), name.c_str(),
+                    kernel.name);
+        continue;
+      }
+      std::printf("level %s, %s: kernel %s against %s\n", ag::cpu_isa_name(isa), name.c_str(), kernel.name,
+                  baseline.name);
+      uint64_t seed = 100;
+      for (const Case& c : cases) {
         for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
           for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
             SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " k " << c.k << " "
@@ -242,13 +251,19 @@ TEST(GemmLevels, EveryLevelThisCpuRunsGivesTheBaselineBits) {
 }
 
 TEST(GemmLevels, TheDefaultKernelFollowsAmpgradCpuIsa) {
-  const kc::MicroKernel& expected = kc::micro_kernel(ag::effective_cpu_isa());
-  EXPECT_EQ(&kc::default_micro_kernel(), &expected);
-  if (ag::effective_cpu_isa() == ag::CpuIsa::kBaseline) {
-    EXPECT_EQ(&kc::default_micro_kernel(), &kc::micro_kernel(ag::CpuIsa::kBaseline));
+  for (DType dtype : kGemmDTypes) {
+    const kc::MicroKernel& expected = kc::micro_kernel(ag::effective_cpu_isa(), dtype);
+    EXPECT_EQ(&kc::default_micro_kernel(dtype), &expected) << ag::dtype_name(dtype);
+    if (ag::effective_cpu_isa() == ag::CpuIsa::kBaseline) {
+      EXPECT_EQ(&kc::default_micro_kernel(dtype), &kc::micro_kernel(ag::CpuIsa::kBaseline, dtype));
+    }
+    // Only bfloat16 operands, and only from the avx512_bf16 level up, are packed as pairs.
+    const bool pairs = dtype == DType::kBFloat16 && ag::effective_cpu_isa() >= ag::CpuIsa::kAvx512Bf16;
+    EXPECT_EQ(kc::default_micro_kernel(dtype).packing == kc::Packing::kBFloat16Pairs, pairs) << ag::dtype_name(dtype);
+    std::printf("AMPGRAD_CPU_ISA=%s: %s GEMM kernel %s\n",
+                std::getenv("AMPGRAD_CPU_ISA") ? std::getenv("AMPGRAD_CPU_ISA") : "(unset)",
+                std::string(ag::dtype_name(dtype)).c_str(), kc::default_micro_kernel(dtype).name);
   }
-  std::printf("AMPGRAD_CPU_ISA=%s: GEMM kernel %s\n", std::getenv("AMPGRAD_CPU_ISA") ? std::getenv("AMPGRAD_CPU_ISA") : "(unset)",
-              kc::default_micro_kernel().name);
 }
 
 }  // namespace
