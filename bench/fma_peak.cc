@@ -1,8 +1,9 @@
 // The CPU's float FMA peak, measured for each vector width it has: 12 independent chains of FMAs
 // per thread (enough to cover the FMA latency on two pipes), 8-wide (AVX2/FMA) and 16-wide
 // (AVX-512F, compiled for that target alone and run only where the CPU has it), on 1 thread and
-// on every core. The GEMM figures in bench/README.md are read against these numbers rather than a
-// datasheet clock. Each line gives the wall-clock rate and, for 1 thread, the rate per second of
+// on every core; and the BF16 dot-product peak (VDPBF16PS: 16 lanes x 2 products, FP32 sums)
+// where the CPU has AVX512_BF16. The GEMM figures in bench/README.md are read against these
+// numbers rather than a datasheet clock. Each line gives the wall-clock rate and, for 1 thread, the rate per second of
 // CPU time the thread got (what a shared, busy machine still lets one compare).
 //   fma_peak [--seconds=S]
 #include <time.h>
@@ -63,6 +64,31 @@ float fma_chains_avx2(long iterations) {
   return _mm512_reduce_add_ps(sum);
 }
 
+// The same with VDPBF16PS: each instruction adds two bfloat16 products to each of 16 lanes.
+[[gnu::target("avx512f,avx512bf16")]] float dpbf16_chains(long iterations) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(1.0f + 1e-7f * static_cast<float>(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // the pair (1, 1)
+  const __m512bh b = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // the pair (1e-7, 1e-7), about
+  for (long it = 0; it < iterations; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+// What one measurement runs: its name, the FLOP one instruction does, and the chains.
+struct Unit {
+  const char* name;
+  int flop;
+  float (*chains)(long iterations);
+};
+constexpr Unit kUnits[] = {{"avx2", 8 * 2, fma_chains_avx2},
+                           {"avx512", 16 * 2, fma_chains_avx512},
+                           {"avx512_bf16", 16 * 4, dpbf16_chains}};
+
 double thread_cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -73,8 +99,8 @@ struct Rate {
   double wall, cpu;  // GFLOP/s per wall-clock second (all threads), per CPU second (thread 0)
 };
 
-Rate gflops(int threads, double seconds, int width) {
-  const long iterations = static_cast<long>(seconds * 3e8 * 8 / width);  // ~1 s per thread at ~3 GHz, 2 pipes
+Rate gflops(int threads, double seconds, const Unit& unit) {
+  const long iterations = static_cast<long>(seconds * 3e8 * 16 / unit.flop);  // ~1 s per thread at ~3 GHz, 2 pipes
   std::vector<std::thread> pool;
   std::vector<float> sink(static_cast<size_t>(threads));
   double cpu0 = 0;
@@ -82,14 +108,14 @@ Rate gflops(int threads, double seconds, int width) {
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       const double c = thread_cpu_seconds();
-      sink[static_cast<size_t>(t)] = width == 16 ? fma_chains_avx512(iterations) : fma_chains_avx2(iterations);
+      sink[static_cast<size_t>(t)] = unit.chains(iterations);
       if (t == 0) cpu0 = thread_cpu_seconds() - c;
     });
   }
   for (std::thread& th : pool) th.join();
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (sink[0] == 12345.0f) std::puts("");  // keeps the result alive
-  const double flop = static_cast<double>(iterations) * kChains * width * 2;
+  const double flop = static_cast<double>(iterations) * kChains * unit.flop;
   return {static_cast<double>(threads) * flop / elapsed / 1e9, flop / cpu0 / 1e9};
 }
 
@@ -102,14 +128,16 @@ int main(int argc, char** argv) {
     if (arg.rfind("--seconds=", 0) == 0) seconds = std::atof(arg.c_str() + 10);
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const bool avx512 = ampgrad::cpu_features().avx512f;
-  if (!avx512) std::puts("fma_peak avx512: skipped, this CPU has no avx512f");
+  const ampgrad::CpuFeatures& f = ampgrad::cpu_features();
+  const bool runs[] = {true, f.avx512f, f.avx512f && f.avx512_bf16};
+  if (!runs[1]) std::puts("fma_peak avx512: skipped, this CPU has no avx512f");
+  if (!runs[2]) std::puts("fma_peak avx512_bf16: skipped, this CPU has no avx512f and avx512_bf16");
   for (int round = 0; round < 3; ++round) {
-    for (int width : {8, 16}) {
-      if (width == 16 && !avx512) continue;
-      const Rate one = gflops(1, seconds, width), all = gflops(cores, seconds, width);
+    for (int u = 0; u < 3; ++u) {
+      if (!runs[u]) continue;
+      const Rate one = gflops(1, seconds, kUnits[u]), all = gflops(cores, seconds, kUnits[u]);
       std::printf("fma_peak %s 1 thread %.1f GFLOP/s (%.1f per CPU second), %d threads %.1f GFLOP/s\n",
-                  width == 16 ? "avx512" : "avx2", one.wall, one.cpu, cores, all.wall);
+                  kUnits[u].name, one.wall, one.cpu, cores, all.wall);
     }
   }
   return 0;
