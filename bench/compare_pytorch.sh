@@ -145,9 +145,9 @@ PY
 "$timer" ratio gpt_fp32 gpt_amp --seconds="$(awk "BEGIN { print $rounds * $seconds }")" --threads="$threads" $cpu_time
 
 # GEMM speed (linear forward, 1024^3, median of 5 chunks) against the measured FMA peak, and memory.
-for w in gemm1024_fp32 gemm1024_fp16; do echo "$("$timer" "$w" --seconds="$seconds" --threads="$threads" $cpu_time) GFLOP/s ($threads threads)"; done
+for w in gemm1024_fp32 gemm1024_fp16 gemm1024_bf16; do echo "$("$timer" "$w" --seconds="$seconds" --threads="$threads" $cpu_time) GFLOP/s ($threads threads)"; done
 "$timer" gemm1024_fp32 --seconds="$seconds" --threads=1 --cpu-time | sed 's/$/ GFLOP\/s (1 thread, CPU time)/'
-"$bin/fma_peak" --seconds=0.5 | tail -n 2
+"$bin/fma_peak" --seconds=0.5 | tac | awk '!seen[$2]++' | tac  # the last round's line per unit
 "$timer" memory_seed
 "$timer" memory_mlp_fp32
 "$timer" memory_mlp_fp16params
