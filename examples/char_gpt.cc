@@ -1,8 +1,10 @@
 // Trains a character-level GPT on a text (by default every text of Debian's fortunes package),
 // printing train and validation loss as it goes and a sample at the end. --amp (or --amp=fp16)
-// trains with FP16 autocast and a GradScaler; --amp=bf16 with BF16 autocast and no scaler. --save
-// writes a checkpoint (it loads in PyTorch); --resume continues one. --plot=DIR draws the loss (and
-// with FP16 AMP the loss scale) into DIR/*.png through gnuplot.
+// trains with FP16 autocast and a GradScaler; --amp=bf16 with BF16 autocast and no scaler.
+// --device=cuda trains on the GPU. --save writes a checkpoint (it loads in PyTorch); --resume
+// continues one. --plot=DIR draws the loss (and with FP16 AMP the loss scale) into DIR/*.png
+// through gnuplot.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -17,7 +19,7 @@ namespace {
 
 void usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--data=PATH] [--amp[=fp16|bf16]] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
+               "usage: %s [--data=PATH] [--device=cpu|cuda] [--amp[=fp16|bf16]] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
                "          [--embd=N] [--lr=X] [--seed=N] [--eval-every=N] [--save=FILE] [--resume=FILE]\n"
                "          [--sample=N] [--plot=DIR]\n",
                program);
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
     const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
     try {
       if (key == "--data") data = value;
+      else if (arg == "--device=cpu") options.device = ag::Device::kCPU;
+      else if (arg == "--device=cuda") options.device = ag::Device::kCUDA;
       else if (arg == "--amp" || arg == "--amp=fp16") options.precision = char_gpt::Precision::kFloat16Amp;
       else if (arg == "--amp=bf16") options.precision = char_gpt::Precision::kBFloat16Amp;
       else if (key == "--steps") options.steps = std::stoll(value);
@@ -61,16 +65,19 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    char_gpt::check_device(options);  // before the text is read: a missing GPU fails at once
     const char_gpt::Corpus corpus = char_gpt::load_corpus(data, options.model.block_size);
     options.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
     ag::manual_seed(options.seed);
     gpt::GPT model(options.model);
     const bool amp = char_gpt::uses_grad_scaler(options.precision);  // the scale is worth printing
-    std::printf("char_gpt: %zu characters of text, vocabulary %zu, %s, %lld steps of %lld x %lld tokens\n",
+    std::printf("char_gpt: %zu characters of text, vocabulary %zu, %s on %s, %lld steps of %lld x %lld tokens\n",
                 corpus.train.size() + corpus.val.size(), corpus.vocab.size(), char_gpt::precision_name(options.precision),
+                std::string(ag::device_name(options.device)).c_str(),
                 static_cast<long long>(options.steps), static_cast<long long>(options.batch_size),
                 static_cast<long long>(options.model.block_size));
     ag::utils::ProgressLine progress(options.steps, std::cout, {.every_steps = options.eval_every});
+    const auto start = std::chrono::steady_clock::now();
     const char_gpt::TrainResult result =
         char_gpt::train(corpus, options, model, [&](int64_t step, double loss, double scale, double val) {
           ag::utils::ProgressFields fields{{"loss", loss}};
@@ -80,7 +87,11 @@ int main(int argc, char** argv) {
           progress.keep(step, fields);  // every evaluation gets its line
         });
     progress.finish();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const auto steps = static_cast<double>(result.train_loss.size());
     std::printf("model: %lld parameters\n", static_cast<long long>(result.parameters));
+    std::printf("trained in %.1f s (%.2f ms per step, evaluations included)\n", seconds,
+                steps > 0 ? seconds * 1e3 / steps : 0.0);
     std::printf("validation loss %.4f after %lld steps (unigram model: %.4f)", result.val_loss.back().second,
                 static_cast<long long>(result.val_loss.back().first), result.unigram_loss);
     if (amp) std::printf(", %lld steps skipped, final scale %.0f", static_cast<long long>(result.skipped), result.scale.back());

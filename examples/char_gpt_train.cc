@@ -65,22 +65,33 @@ std::pair<ag::Tensor, ag::Tensor> batch(const std::vector<int64_t>& ids, int64_t
   return {ag::Tensor::from_vector(x, {batch_size, t}), ag::Tensor::from_vector(y, {batch_size * t})};
 }
 
-// The mean cross-entropy of the model on (x, y), logits flattened to [B T, V].
+// The mean cross-entropy of the model on (x, y), logits flattened to [B T, V]; autocast on x's device.
 ag::Tensor loss_of(gpt::GPT& model, const ag::Tensor& x, const ag::Tensor& y, Precision precision) {
   const bool amp = precision != Precision::kFloat32;
-  ag::amp::AutocastGuard autocast(ag::Device::kCPU, amp ? autocast_dtype(precision) : ag::DType::kFloat16, amp);
+  ag::amp::AutocastGuard autocast(x.device(), amp ? autocast_dtype(precision) : ag::DType::kFloat16, amp);
   const ag::Tensor logits = model(x);
   return ag::ops::cross_entropy(ag::ops::reshape(logits, {-1, logits.size(-1)}), y);
+}
+
+// The values of scalar losses, in order. On CUDA every read waits for the GPU, so they are read
+// together: one wait for all of them.
+std::vector<double> read_back(const std::vector<ag::Tensor>& losses) {
+  ag::NoGradGuard no_grad;
+  std::vector<ag::Tensor> rows;
+  for (const ag::Tensor& loss : losses) rows.push_back(ag::ops::reshape(loss, {1}));
+  return ag::ops::cat(rows, 0).to_double_vector();
 }
 
 double validation_loss(gpt::GPT& model, const Corpus& corpus, const TrainOptions& o) {
   ag::NoGradGuard no_grad;
   model.eval();
-  double total = 0;
+  std::vector<ag::Tensor> losses;
   for (int64_t i = 0; i < o.eval_batches; ++i) {
-    const auto [x, y] = batch(corpus.val, o.batch_size, o.model.block_size, ~static_cast<uint64_t>(i));
-    total += loss_of(model, x, y, o.precision).item<double>();
+    const auto [x, y] = to_device(batch(corpus.val, o.batch_size, o.model.block_size, ~static_cast<uint64_t>(i)), o.device);
+    losses.push_back(loss_of(model, x, y, o.precision));
   }
+  double total = 0;
+  for (double loss : read_back(losses)) total += loss;
   model.train();
   return total / static_cast<double>(o.eval_batches);
 }
@@ -132,6 +143,12 @@ Corpus load_corpus(const std::string& path, int64_t block_size) {
   return corpus;
 }
 
+void check_device(const TrainOptions& o) {
+  if (o.device != ag::Device::kCUDA) return;
+  AG_CHECK(ag::cuda_is_available(), "char_gpt: --device=cuda needs a usable CUDA GPU, and there is none: ",
+           ag::cuda::unavailable_reason(), "; hint: --device=cpu (the default) trains on the CPU");
+}
+
 ag::optim::AdamW make_optimizer(gpt::GPT& model, const TrainOptions& o) {
   const auto [decay, no_decay] = model.decay_groups();
   const ag::optim::AdamWOptions options{.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
@@ -145,19 +162,29 @@ std::pair<ag::Tensor, ag::Tensor> batch_for_step(const std::vector<int64_t>& ids
   return batch(ids, o.batch_size, o.model.block_size, o.seed * 7919 + static_cast<uint64_t>(step));
 }
 
+std::pair<ag::Tensor, ag::Tensor> to_device(const std::pair<ag::Tensor, ag::Tensor>& batch, ag::Device device) {
+  if (device == ag::Device::kCPU) return batch;
+  // A new page-locked copy per batch: the previous one's copy may still be queued.
+  return {batch.first.pin_memory().to(device, ag::NonBlocking::kYes),
+          batch.second.pin_memory().to(device, ag::NonBlocking::kYes)};
+}
+
 ag::Tensor train_step(gpt::GPT& model, ag::optim::AdamW& opt, ag::amp::GradScaler& scaler, const ag::Tensor& x,
                       const ag::Tensor& y, const TrainOptions& o, bool& stepped) {
   opt.zero_grad();
   const ag::Tensor loss = loss_of(model, x, y, o.precision);
   scaler.scale(loss).backward();
   scaler.unscale_(opt);  // clip the true gradients (a pass-through in FP32)
-  ag::nn::utils::clip_grad_norm_(model.parameters(), o.grad_clip);
+  // The norm stays a tensor: on CUDA the host does not wait for it (on the CPU the same host loop).
+  ag::nn::utils::clip_grad_norm_tensor_(model.parameters(), o.grad_clip);
   stepped = scaler.step(opt);
   scaler.update();
   return loss;
 }
 
 TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, const StepCallback& on_step) {
+  check_device(o);
+  model.to(o.device);
   TrainResult result;
   result.parameters = 0;
   for (const ag::Tensor& p : model.parameters()) result.parameters += p.numel();
@@ -179,8 +206,15 @@ TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, 
   result.first_step = step;
   const int64_t end = o.stop_after >= 0 ? std::min(o.steps, step + o.stop_after) : o.steps;
   model.train();
+  // The steps whose loss is not read yet: on the CPU none (each is read at once); on CUDA those
+  // since the last evaluation, read together there, so the host does not wait for every step.
+  struct Unread {
+    ag::Tensor loss;
+    double scale;
+  };
+  std::vector<Unread> unread;
   for (; step < end; ++step) {
-    const auto [x, y] = batch_for_step(corpus.train, o, step);
+    const auto [x, y] = to_device(batch_for_step(corpus.train, o, step), o.device);
     bool stepped = false;
     const ag::Tensor loss = train_step(model, opt, scaler, x, y, o, stepped);
     if (stepped) {
@@ -188,15 +222,28 @@ TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, 
     } else {
       ++result.skipped;
     }
-    const double value = loss.item<double>();
-    result.train_loss.push_back(value);
-    result.scale.push_back(scaler.get_scale());
+    unread.push_back({loss.detach(), scaler.get_scale()});
     double val = std::numeric_limits<double>::quiet_NaN();
-    if ((step + 1) % o.eval_every == 0 || step + 1 == end) {
+    const bool evaluate = (step + 1) % o.eval_every == 0 || step + 1 == end;
+    if (evaluate) {
       val = validation_loss(model, corpus, o);
       result.val_loss.emplace_back(step + 1, val);
     }
-    if (on_step) on_step(step + 1, value, scaler.get_scale(), val);
+    if (!evaluate && o.device != ag::Device::kCPU) continue;
+    std::vector<ag::Tensor> losses;
+    for (const Unread& u : unread) losses.push_back(u.loss);
+    const std::vector<double> values = read_back(losses);
+    const int64_t first = step + 1 - static_cast<int64_t>(unread.size());
+    for (size_t i = 0; i < unread.size(); ++i) {
+      result.train_loss.push_back(values[i]);
+      result.scale.push_back(unread[i].scale);
+      const bool last = i + 1 == unread.size();
+      if (on_step) {
+        on_step(first + static_cast<int64_t>(i) + 1, values[i], unread[i].scale,
+                last ? val : std::numeric_limits<double>::quiet_NaN());
+      }
+    }
+    unread.clear();
   }
   if (!o.save_path.empty()) {
     // The model's shape and vocabulary travel with it, for examples/char_gpt_load.py.
@@ -225,6 +272,7 @@ TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, 
 std::string sample(gpt::GPT& model, const Corpus& corpus, const std::string& prompt, int64_t length, uint64_t seed) {
   ag::NoGradGuard no_grad;
   model.eval();
+  const ag::Device device = model.transformer.wte.weight.device();
   std::vector<int64_t> context;
   for (char c : prompt) {
     const size_t at = corpus.vocab.find(c);
@@ -235,7 +283,8 @@ std::string sample(gpt::GPT& model, const Corpus& corpus, const std::string& pro
   for (int64_t i = 0; i < length; ++i) {
     const int64_t t = std::min<int64_t>(static_cast<int64_t>(context.size()), model.config.block_size);
     const std::vector<int64_t> window(context.end() - t, context.end());
-    const ag::Tensor logits = model(ag::Tensor::from_vector(window, {1, t}));
+    // On CUDA the window goes up and the probabilities come back: two waits per character.
+    const ag::Tensor logits = model(ag::Tensor::from_vector(window, {1, t}, ag::DType::kInt64, device));
     const std::vector<float> p = ag::ops::softmax(ag::ops::narrow(ag::ops::reshape(logits, {t, -1}), 0, t - 1, 1), -1).to_vector();
     const double u = static_cast<double>(mix(seed + static_cast<uint64_t>(i)) >> 11) * 0x1p-53;
     double acc = 0;

@@ -1,7 +1,7 @@
 // Character-level GPT training: a text corpus as int64 ids, batches drawn reproducibly from
 // (seed, step), AdamW with parameter groups, cosine schedule with warmup, gradient clipping, FP32,
-// FP16 autocast with a GradScaler or BF16 autocast without one, evaluation, checkpoints that
-// resume bit-exactly, sampling.
+// FP16 autocast with a GradScaler or BF16 autocast without one, on the CPU or a CUDA GPU,
+// evaluation, checkpoints that resume bit-exactly, sampling.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +47,7 @@ struct TrainOptions {
   int64_t warmup_steps = 100;
   double grad_clip = 1.0;
   Precision precision = Precision::kFloat32;
+  ag::Device device = ag::Device::kCPU;  // where the model trains (batches are built on the CPU and moved)
   int64_t eval_every = 100;   // steps between validation losses (and at the last step)
   int64_t eval_batches = 8;   // fixed validation batches
   uint64_t seed = 1337;       // the model's initialisation and the batches
@@ -68,26 +69,37 @@ struct TrainResult {
 /// Called after each step with (step, loss, scale, val_loss or NaN).
 using StepCallback = std::function<void(int64_t step, double loss, double scale, double val_loss)>;
 
+/// Throws an ampgrad::Error naming --device=cuda and CUDA's reason when options.device is
+/// kCUDA and no usable GPU is present (or the build has no CUDA), before anything is built.
+void check_device(const TrainOptions& options);
+
 /// The optimizer train() uses: AdamW (betas 0.9, 0.95, eps 1e-8) with weight decay on the
 /// matrices only, as nanoGPT.
 ag::optim::AdamW make_optimizer(gpt::GPT& model, const TrainOptions& options);
 
 /// The batch of `step`: x int64 [batch_size, block_size] drawn from (seed, step), y [batch_size *
-/// block_size] the next characters.
+/// block_size] the next characters; on the CPU (to_device moves them).
 std::pair<ag::Tensor, ag::Tensor> batch_for_step(const std::vector<int64_t>& ids, const TrainOptions& options,
                                                  int64_t step);
 
-/// One training step on (x, y): zero_grad, the loss (under autocast in AMP), scaled backward,
-/// unscale_, clip_grad_norm_, scaler.step and update. Returns the loss; `stepped` says whether the
+/// A CPU batch on `device`: on CUDA copied from page-locked memory without waiting for the GPU.
+std::pair<ag::Tensor, ag::Tensor> to_device(const std::pair<ag::Tensor, ag::Tensor>& batch, ag::Device device);
+
+/// One training step on (x, y), which are on the model's device: zero_grad, the loss (under
+/// autocast in AMP), scaled backward, unscale_, clip_grad_norm_, scaler.step and update. Returns the
+/// loss (not read back: on CUDA the host does not wait for it); `stepped` says whether the
 /// optimizer stepped (the scaler skips steps with inf/NaN gradients).
 ag::Tensor train_step(gpt::GPT& model, ag::optim::AdamW& opt, ag::amp::GradScaler& scaler, const ag::Tensor& x,
                       const ag::Tensor& y, const TrainOptions& options, bool& stepped);
 
-/// Builds the model (seeded) and trains it; with resume_path set, continues from that checkpoint
-/// (the model, optimizer, scaler, schedule and step), bit for bit as an uninterrupted run.
+/// Moves the model to options.device and trains it; with resume_path set, continues from that
+/// checkpoint (the model, optimizer, scaler, schedule and step), bit for bit as an uninterrupted
+/// run, whichever device saved it. On CUDA the losses are read back once per evaluation, so
+/// on_step is called for the steps in between at the evaluation, in order.
 TrainResult train(const Corpus& corpus, const TrainOptions& options, gpt::GPT& model, const StepCallback& on_step = {});
 
-/// `length` characters sampled from the model after `prompt` (temperature 1; seeded).
+/// `length` characters sampled from the model (on its device) after `prompt` (temperature 1;
+/// seeded).
 std::string sample(gpt::GPT& model, const Corpus& corpus, const std::string& prompt, int64_t length, uint64_t seed);
 
 }  // namespace char_gpt

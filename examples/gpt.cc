@@ -85,10 +85,10 @@ GPT::GPT(const Config& c)
 ag::Tensor GPT::forward(const ag::Tensor& ids) {
   const int64_t t = ids.size(1);
   AG_CHECK(t <= config.block_size, "gpt: a context of ", t, " tokens is longer than block_size ", config.block_size);
-  std::vector<int64_t> positions(static_cast<size_t>(t));
-  for (int64_t i = 0; i < t; ++i) positions[static_cast<size_t>(i)] = i;
-  const ag::Tensor pos = ag::Tensor::from_vector(positions, {t}, ag::DType::kInt64, ids.device());
-  ag::Tensor x = transformer.drop(transformer.wte(ids) + transformer.wpe(pos));  // [B, T, C] + [T, C]
+  // The embeddings of positions 0 .. T-1 are wpe's first T rows: a narrow gives the same values and
+  // gradient as a lookup, without uploading positions or checking ids (each a wait on CUDA).
+  const ag::Tensor pos = ag::ops::narrow(transformer.wpe.weight, 0, 0, t);
+  ag::Tensor x = transformer.drop(transformer.wte(ids) + pos);  // [B, T, C] + [T, C]
   for (size_t i = 0; i < transformer.h.size(); ++i) x = transformer.h[i](x);
   return lm_head(transformer.ln_f(x));
 }

@@ -11,6 +11,7 @@
 
 #include "examples/char_gpt_train.h"
 #include "examples/gpt.h"
+#include "gpt_test_util.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -54,19 +55,8 @@ ModelRun run(DType dtype, bool autocast, DType autocast_dtype = DType::kFloat16)
   return r;
 }
 
-// |a - b| <= atol + rtol |b| everywhere, with atol relative to the reference's largest magnitude.
 ::testing::AssertionResult close(const Tensor& actual, const Tensor& expected, double rtol, const std::string& what) {
-  const std::vector<double> a = actual.to_double_vector(), e = expected.to_double_vector();
-  if (a.size() != e.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
-  double scale = 0;
-  for (double v : e) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!(std::abs(a[i] - e[i]) <= rtol * (scale + std::abs(e[i])))) {
-      return ::testing::AssertionFailure() << what << "[" << i << "]: " << a[i] << " vs PyTorch " << e[i]
-                                           << " (largest |value| " << scale << ", rtol " << rtol << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
+  return ag::test::close_to_reference(actual.to_double_vector(), expected.to_double_vector(), rtol, what, "PyTorch");
 }
 
 void expect_matches(const ModelRun& r, double rtol) {
@@ -114,38 +104,10 @@ TEST(GptReference, CheckpointNamesAreNanoGpts) {
   for (const std::string& name : names) EXPECT_TRUE(ref.count(name)) << name << " is not in PyTorch's state_dict";
 }
 
-// A text of a few repeated sentences: enough for the loss to fall within tens of steps.
-char_gpt::Corpus tiny_corpus() {
-  const std::string path = ::testing::TempDir() + "/tiny.txt";
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. pack my box with five dozen jugs.\n";
-  FILE* f = std::fopen(path.c_str(), "w");
-  std::fwrite(text.data(), 1, text.size(), f);
-  std::fclose(f);
-  return char_gpt::load_corpus(path, 16);
-}
-
-char_gpt::TrainOptions tiny_options(char_gpt::Precision precision) {
-  char_gpt::TrainOptions o;
-  o.model = {.vocab_size = 0, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32, .dropout = 0.0};
-  o.batch_size = 8;
-  o.steps = 60;
-  o.lr = 3e-3;
-  o.warmup_steps = 5;
-  o.eval_every = 60;
-  o.eval_batches = 2;
-  o.precision = precision;
-  return o;
-}
-
-constexpr char_gpt::Precision kPrecisions[] = {char_gpt::Precision::kFloat32, char_gpt::Precision::kFloat16Amp,
-                                               char_gpt::Precision::kBFloat16Amp};
-
 TEST(GptTraining, LossFallsInFp32AndAmp) {
-  const char_gpt::Corpus corpus = tiny_corpus();
-  for (auto precision : kPrecisions) {
-    char_gpt::TrainOptions o = tiny_options(precision);
-    o.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
+  const char_gpt::Corpus corpus = ag::test::tiny_corpus();
+  for (auto precision : ag::test::kGptPrecisions) {
+    const char_gpt::TrainOptions o = ag::test::tiny_options(corpus, precision);
     ag::manual_seed(o.seed);
     gpt::GPT model(o.model);
     const char_gpt::TrainResult r = char_gpt::train(corpus, o, model);
@@ -160,33 +122,10 @@ TEST(GptTraining, LossFallsInFp32AndAmp) {
 }
 
 TEST(GptTraining, ResumeIsBitExact) {
-  const char_gpt::Corpus corpus = tiny_corpus();
-  for (auto precision : kPrecisions) {
+  const char_gpt::Corpus corpus = ag::test::tiny_corpus();
+  for (auto precision : ag::test::kGptPrecisions) {
     SCOPED_TRACE(char_gpt::precision_name(precision));
-    char_gpt::TrainOptions o = tiny_options(precision);
-    o.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
-    o.steps = 12;
-    o.eval_every = 100;
-    ag::manual_seed(o.seed);
-    gpt::GPT straight(o.model);
-    const char_gpt::TrainResult all = char_gpt::train(corpus, o, straight);
-
-    const std::string path = ::testing::TempDir() + "/gpt_resume.safetensors";
-    ag::manual_seed(o.seed);
-    gpt::GPT first(o.model);
-    char_gpt::TrainOptions half = o;
-    half.stop_after = 5;
-    half.save_path = path;
-    char_gpt::train(corpus, half, first);
-    gpt::GPT resumed(o.model);  // fresh weights: the checkpoint must bring everything back
-    char_gpt::TrainOptions rest = o;
-    rest.resume_path = path;
-    const char_gpt::TrainResult tail = char_gpt::train(corpus, rest, resumed);
-    EXPECT_EQ(tail.first_step, 5);
-    EXPECT_EQ(tail.train_loss, std::vector<double>(all.train_loss.begin() + 5, all.train_loss.end()));
-    const auto a = straight.named_parameters(), b = resumed.named_parameters();
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(ag::test::bytes_of(a[i].second), ag::test::bytes_of(b[i].second)) << a[i].first;
+    ag::test::expect_resume_is_bit_exact(corpus, ag::test::tiny_options(corpus, precision));
   }
 }
 
