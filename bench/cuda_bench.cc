@@ -1,8 +1,10 @@
 // CUDA benchmarks, one table: FP16, BF16 and FP32 GEMM TFLOP/s next to cuBLAS alone (the same random data,
 // the same math mode and compute type, its own handle), each large result checked against cuBLAS
 // alone and against float64 at sampled entries; the seed step and a 4096-wide MLP step in FP32 vs
-// FP16 AMP (and the MLP in BF16 AMP), their losses checked; device memory peak and reserved; host syncs per step. Plain main (no
-// benchmark library) so the binary runs on a GPU machine as it is. Exit status 1 when a check fails.
+// FP16 AMP (and the MLP in BF16 AMP), their losses checked; device memory peak and reserved; host
+// syncs per step; examples/char_gpt's training step at its own size and at a larger one
+// (bench/workloads.h GptWorkload) in FP32, FP16 AMP and BF16 AMP. Plain main (no benchmark
+// library) so the binary runs on a GPU machine as it is. Exit status 1 when a check fails.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "ampgrad.h"
+#include "bench/workloads.h"
 #include "framework/device_cuda.h"
 #include "framework/launch_profile.h"
 #include "ops/cublas.h"
@@ -111,6 +114,29 @@ struct StepResult {
   std::vector<ag::cuda::LaunchTime> launches;
 };
 
+// Times `step` over `iters` calls after one untimed call (whose loss is the first) and two warm-up
+// calls; counts the host syncs per step; with AMPGRAD_CUDA_PROFILE=1 records 10 more steps' launches.
+StepResult time_steps(const std::function<void()>& step, const std::function<float()>& loss, int iters) {
+  ag::allocator_for(ag::Device::kCUDA).reset_peak();
+  StepResult r;
+  step();
+  r.first_loss = loss();
+  const int64_t syncs_before = ag::cuda_host_sync_count();
+  r.seconds = time_per_call(step, 2, iters);
+  // time_per_call itself synchronises twice.
+  r.syncs_per_step = static_cast<double>(ag::cuda_host_sync_count() - syncs_before - 2) / (iters + 2);
+  r.last_loss = loss();
+  if (ag::cuda::launch_profile_enabled()) {
+    (void)ag::cuda::take_launch_profile();
+    for (int i = 0; i < 10; ++i) step();
+    r.launches = ag::cuda::take_launch_profile();
+  }
+  const ag::MemoryStats mem = ag::memory_stats(ag::Device::kCUDA);
+  r.peak_mib = static_cast<double>(mem.peak_bytes) / (1 << 20);
+  r.reserved_mib = static_cast<double>(mem.reserved_bytes) / (1 << 20);
+  return r;
+}
+
 // zero_grad, forward, loss, backward, step with Adam; AMP = autocast FP16 + GradScaler. `init` is a
 // stack of Linear layers with ReLU between; each run starts from a copy of its weights, so the FP32
 // and AMP losses can be compared.
@@ -148,27 +174,34 @@ StepResult train_step(const ag::nn::Sequential& init, const ag::Tensor& x, const
   auto step = [&] {
     for (const auto& phase : phases) phase();
   };
-  ag::allocator_for(ag::Device::kCUDA).reset_peak();
-  StepResult r;
-  step();
-  r.first_loss = loss.item();
-  const int64_t syncs_before = ag::cuda_host_sync_count();
-  r.seconds = time_per_call(step, 2, iters);
-  // time_per_call itself synchronises twice.
-  r.syncs_per_step = static_cast<double>(ag::cuda_host_sync_count() - syncs_before - 2) / (iters + 2);
-  r.last_loss = loss.item();
+  StepResult r = time_steps(step, [&] { return loss.item(); }, iters);
   for (int i = 0; i < std::min(iters, 10); ++i) {
     for (size_t p = 0; p < phases.size(); ++p) r.phase_ms[p] += time_per_call(phases[p], 0, 1) * 1e3 / std::min(iters, 10);
   }
-  if (ag::cuda::launch_profile_enabled()) {
-    (void)ag::cuda::take_launch_profile();
-    for (int i = 0; i < 10; ++i) step();
-    r.launches = ag::cuda::take_launch_profile();
-  }
-  const ag::MemoryStats mem = ag::memory_stats(ag::Device::kCUDA);
-  r.peak_mib = static_cast<double>(mem.peak_bytes) / (1 << 20);
-  r.reserved_mib = static_cast<double>(mem.reserved_bytes) / (1 << 20);
   return r;
+}
+
+// examples/char_gpt's training step on the GPU (bench/workloads.h GptWorkload) at `shape`, in FP32
+// (kFloat32), FP16 AMP with a GradScaler (kFloat16) or BF16 autocast (kBFloat16).
+StepResult gpt_step(const ag::bench::GptShape& shape, ag::DType compute, int iters) {
+  using ag::bench::Precision;
+  const Precision precision = compute == ag::DType::kFloat16    ? Precision::kAmp
+                              : compute == ag::DType::kBFloat16 ? Precision::kAmpBf16
+                                                                : Precision::kFp32;
+  ag::bench::GptWorkload w(precision, shape, ag::Device::kCUDA);
+  return time_steps([&] { w.step(); }, [&] { return w.loss.item(); }, iters);
+}
+
+// With AMPGRAD_CUDA_PROFILE=1, where a step's GPU time went, per kernel (10 steps).
+void print_launch_profile(const std::string& what, const StepResult& r) {
+  if (r.launches.empty()) return;  // AMPGRAD_CUDA_PROFILE unset
+  std::printf("  %s step, per kernel (AMPGRAD_CUDA_PROFILE=1, 10 steps):\n", what.c_str());
+  double total = 0;
+  for (const ag::cuda::LaunchTime& t : r.launches) total += t.milliseconds;
+  for (const ag::cuda::LaunchTime& t : r.launches) {
+    std::printf("    %-40s %5.1f launches/step %8.3f ms/step %5.1f%%\n", t.kernel.c_str(), t.launches / 10.0,
+                t.milliseconds / 10, 100 * t.milliseconds / total);
+  }
 }
 
 // Finite losses that went down, and AMP's first loss (same weights and data) within FP16's reach of FP32's.
@@ -252,14 +285,47 @@ int main() {
     std::printf("    %-30s %6.2f ms %6.2f ms %6.2f ms\n", name, r->phase_ms[0], r->phase_ms[1], r->phase_ms[2]);
   }
   for (const auto& [name, r] : {std::pair{"fp32", &mlp32}, {"fp16 amp", &mlp_amp}, {"bf16 amp", &mlp_bf16}}) {
-    if (r->launches.empty()) continue;  // AMPGRAD_CUDA_PROFILE unset
-    std::printf("  mlp %s step, per kernel (AMPGRAD_CUDA_PROFILE=1, 10 steps):\n", name);
-    double total = 0;
-    for (const ag::cuda::LaunchTime& t : r->launches) total += t.milliseconds;
-    for (const ag::cuda::LaunchTime& t : r->launches) {
-      std::printf("    %-40s %5.1f launches/step %8.3f ms/step %5.1f%%\n", t.kernel.c_str(), t.launches / 10.0,
-                  t.milliseconds / 10, 100 * t.milliseconds / total);
-    }
+    print_launch_profile(std::string("mlp ") + name, *r);
+  }
+
+  // char_gpt's step at the example's size, and at kGptLarge's (nanoGPT's Shakespeare-char model).
+  struct GptRow {
+    std::string name, tag;
+    ag::bench::GptShape shape;
+    int iters;
+    std::array<StepResult, 3> r;  // fp32, fp16 amp, bf16 amp
+  };
+  std::array<GptRow, 2> gpt_rows{GptRow{"gpt 4x128, T 64, batch 16", "gpt 4x128", {}, 50, {}},
+                                 GptRow{"gpt 6x384, T 256, batch 64", "gpt 6x384", ag::bench::kGptLarge, 20, {}}};
+  constexpr std::array<ag::DType, 3> kGptComputes{ag::DType::kFloat32, ag::DType::kFloat16, ag::DType::kBFloat16};
+  for (GptRow& row : gpt_rows) {
+    for (size_t i = 0; i < kGptComputes.size(); ++i) row.r[i] = gpt_step(row.shape, kGptComputes[i], row.iters);
+  }
+  std::printf("\n%-34s %12s %12s %12s %10s %10s\n", "training step (AdamW, clipping)", "fp32", "fp16 amp", "bf16 amp",
+              "fp32/fp16", "fp32/bf16");
+  for (const GptRow& row : gpt_rows) {
+    std::printf("  %-32s %9.2f ms %9.2f ms %9.2f ms %10.2f %10.2f\n", row.name.c_str(), row.r[0].seconds * 1e3,
+                row.r[1].seconds * 1e3, row.r[2].seconds * 1e3, row.r[0].seconds / row.r[1].seconds,
+                row.r[0].seconds / row.r[2].seconds);
+  }
+  for (const GptRow& row : gpt_rows) {
+    std::printf("  %-32s %8.0f MiB %8.0f MiB %8.0f MiB\n", (row.tag + " peak (tensors)").c_str(),
+                row.r[0].peak_mib, row.r[1].peak_mib, row.r[2].peak_mib);
+  }
+  for (const GptRow& row : gpt_rows) {
+    std::printf("  %-32s %12.2f %12.2f %12.2f\n", (row.tag + " host syncs per step").c_str(),
+                row.r[0].syncs_per_step, row.r[1].syncs_per_step, row.r[2].syncs_per_step);
+  }
+  std::printf("  %-32s %s\n", "", "(embedding's and cross_entropy's id checks wait once each; FP16 AMP's found-inf once more)");
+  for (const GptRow& row : gpt_rows) {
+    std::printf("  %-32s %s\n", (row.tag + " losses, FP16").c_str(),
+                check_losses(row.r[0], row.r[1]).c_str());
+    std::printf("  %-32s %s\n", (row.tag + " losses, BF16").c_str(),
+                check_losses(row.r[0], row.r[2], 4e-2).c_str());
+  }
+  const GptRow& large = gpt_rows.back();
+  for (size_t i = 0; i < kGptComputes.size(); ++i) {
+    print_launch_profile(large.tag + " " + std::array{"fp32", "fp16 amp", "bf16 amp"}[i], large.r[i]);
   }
 
   const double speedup = mlp32.seconds / mlp_amp.seconds;

@@ -2,7 +2,8 @@
 // pytorch_workloads.py): zero_grad, forward, loss, backward, step.
 //   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256;
 //   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128;
-//   gpt: examples/char_gpt's step (4 layers, width 128, context 64, batch 16, AdamW, clipping).
+//   gpt: examples/char_gpt's step (4 layers, width 128, context 64, batch 16, AdamW, clipping);
+//   cuda_bench also runs it on the GPU, and at kGptLarge's size.
 #pragma once
 
 #include <cstdint>
@@ -91,20 +92,29 @@ inline Workload fashion_workload(Precision precision) {
   return w;
 }
 
+/// A GPT step's sizes. The default is examples/char_gpt's.
+struct GptShape {
+  int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64, batch = 16;
+};
+/// A size that fills a GPU better: nanoGPT's Shakespeare-char configuration (10.8M parameters,
+/// 16384 tokens a step).
+inline constexpr GptShape kGptLarge{.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .batch = 64};
+
 /// examples/char_gpt's own training step (char_gpt::train_step: its model, AdamW groups,
-/// clip_grad_norm_ after unscale_, GradScaler) at the example's default size, on one fixed batch of
-/// random characters from a 114-character vocabulary (the size of the fortunes text's).
+/// clip_grad_norm_ after unscale_, GradScaler) on `device`, on one fixed batch of random characters
+/// from a 114-character vocabulary (the size of the fortunes text's).
 struct GptWorkload : Steppable {
   char_gpt::TrainOptions options;
   gpt::GPT model;
   optim::AdamW opt;
   amp::GradScaler scaler;
   Tensor x, y;
+  Tensor loss;  // the last step's, on `device`
 
-  explicit GptWorkload(Precision precision)
-      : options(make_options(precision)),
+  explicit GptWorkload(Precision precision, const GptShape& shape = {}, Device device = Device::kCPU)
+      : options(make_options(precision, shape, device)),
         model((manual_seed(0), options.model)),
-        opt(char_gpt::make_optimizer(model, options)),
+        opt(char_gpt::make_optimizer(moved(model, device), options)),
         scaler({.enabled = precision == Precision::kAmp}) {
     std::vector<int64_t> ids(static_cast<size_t>(options.batch_size * options.model.block_size + 1));
     uint64_t state = 1;
@@ -112,17 +122,25 @@ struct GptWorkload : Steppable {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       id = static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(options.model.vocab_size));
     }
-    std::tie(x, y) = char_gpt::batch_for_step(ids, options, 0);
+    std::tie(x, y) = char_gpt::to_device(char_gpt::batch_for_step(ids, options, 0), device);
   }
 
   void step() override {
     bool stepped = false;
-    char_gpt::train_step(model, opt, scaler, x, y, options, stepped);
+    loss = char_gpt::train_step(model, opt, scaler, x, y, options, stepped).detach();
   }
 
-  static char_gpt::TrainOptions make_options(Precision precision) {
+  static gpt::GPT& moved(gpt::GPT& model, Device device) {
+    model.to(device);
+    return model;
+  }
+
+  static char_gpt::TrainOptions make_options(Precision precision, const GptShape& shape, Device device) {
     char_gpt::TrainOptions o;
-    o.model.vocab_size = 114;
+    o.model = {.vocab_size = 114, .block_size = shape.block_size, .n_layer = shape.n_layer, .n_head = shape.n_head,
+               .n_embd = shape.n_embd};
+    o.batch_size = shape.batch;
+    o.device = device;
     o.precision = precision == Precision::kAmp       ? char_gpt::Precision::kFloat16Amp
                   : precision == Precision::kAmpBf16 ? char_gpt::Precision::kBFloat16Amp
                                                      : char_gpt::Precision::kFloat32;
