@@ -7,14 +7,19 @@
 #                              (loaded with dlopen). nccl_test also needs MPI and libnccl.so.2:
 #                              this machine's MPI runtime (libraries, components, help text) is
 #                              packed beside it in mpi-runtime.tar.gz, NCCL is the GPU machine's.
+#                              Also builds examples/char_gpt and copies a text for it to train on
+#                              (the fortunes texts, else the project's Markdown) into data/.
 #                              Copies them and this script into the git-ignored .gpu_build/
-#                              (about 45 MB; ship that folder).
+#                              (about 55 MB; ship that folder).
 #   tools/gpu_check.sh run     (on the GPU machine, from .gpu_build/ or the repo root): checks with
 #                              ldd that every binary loads, finds libcublas.so.13 (Python's CUDA 13
 #                              wheels, then ldconfig, then /usr/local/cuda*; never a walk of /), runs
 #                              every binary with AMPGRAD_REQUIRE_CUDA=1 (a skipped CUDA test is a
 #                              failure) and the tests once more with AMPGRAD_CUDA_SYNC=1, keeps the
 #                              logs and prints a summary table last. Exit status 0 only if all pass.
+#                              Between the tests and the benchmark, char_gpt trains 300 steps on
+#                              the GPU in FP32, FP16 AMP and BF16 AMP; a run whose validation loss
+#                              is not finite and below the unigram model's fails.
 #                              nccl_test runs as a single-rank MPI job (an isolated singleton: no
 #                              mpirun, no daemon) on the unpacked MPI runtime and libnccl.so.2
 #                              (Python's NCCL wheel, then ldconfig, then /usr/local/cuda*).
@@ -24,8 +29,11 @@ set -uo pipefail
 
 mode="${1:-}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# The CUDA test and benchmark binaries, in the order they run.
-targets=(//tests:cuda_test //tests:cuda_kernels_test //tests:nccl_test //bench:cuda_bench)
+# The CUDA test and benchmark binaries, in the order they run, and the example that trains on the GPU.
+targets=(//tests:cuda_test //tests:cuda_kernels_test //tests:gpt_cuda_test //tests:nccl_test //bench:cuda_bench
+         //examples:char_gpt)
+# The text char_gpt trains on in the bundle (the GPU machine has no fortunes package).
+fortunes=/usr/share/games/fortunes
 
 # The newest glibc symbol version the binaries in $1 need: the oldest glibc they run on.
 glibc_floor() {
@@ -77,6 +85,28 @@ pack_mpi_runtime() (
   echo "MPI runtime: $(ompi_info --version 2>/dev/null | head -n 1), $(du -h "$out/mpi-runtime.tar.gz" | cut -f1) packed"
 )
 
+# The text char_gpt trains on in the bundle, $1/char_gpt.txt: the fortunes texts in the order
+# char_gpt reads that folder (sorted by name, without fortune's .dat indexes and .u8 links), so a
+# run on the GPU sees the text a CPU run sees; without the package, the project's Markdown files.
+# $1/SOURCE says which.
+copy_text() {
+  local dir="$1" root="$2" f
+  mkdir -p "$dir"
+  if [[ -d "$fortunes" ]]; then
+    for f in $(LC_ALL=C ls "$fortunes"); do
+      if [[ -f "$fortunes/$f" && ! -L "$fortunes/$f" && "$f" != *.dat && "$f" != *.u8 ]]; then
+        cat "$fortunes/$f" || return 1
+      fi
+    done >"$dir/char_gpt.txt"
+    echo "$fortunes (fortunes package)" >"$dir/SOURCE"
+  else
+    echo "warning: no $fortunes (./bazelw installs the fortunes package); char_gpt gets the project's Markdown" >&2
+    (cd "$root" && git ls-files '*.md' | LC_ALL=C sort | xargs cat) >"$dir/char_gpt.txt" || return 1
+    echo "the project's Markdown files" >"$dir/SOURCE"
+  fi
+  echo "char_gpt text: $(du -h "$dir/char_gpt.txt" | cut -f1), $(cat "$dir/SOURCE")"
+}
+
 build() {
   local root out
   root="$(cd "$here/.." && pwd)"
@@ -98,12 +128,14 @@ build() {
     chmod u+w "$out/bin/$(basename "$path")"
   done
   cp -f "$here/gpu_check.sh" "$out/gpu_check.sh"
+  copy_text "$out/data" "$root" || { echo "error: could not write $out/data/char_gpt.txt" >&2; exit 1; }
   local floor
   floor="$(glibc_floor "$out/bin")"
   {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), $(ldd --version | head -n 1)"
     echo "glibc floor $floor"
+    echo "char_gpt text: $(cat "$out/data/SOURCE")"
   } >"$out/BUILD_INFO"
   echo "shared libraries the binaries need:"
   ldd "$out"/bin/* | awk '/=>/ {print "  " $1}' | sort -u
@@ -162,17 +194,22 @@ EOF
   return 1
 }
 
+# A finished run's status from its exit status $1: ok, TIMEOUT or FAILED(status).
+exit_status() {
+  case $1 in
+    0) echo ok ;;
+    124) echo TIMEOUT ;;
+    *) echo "FAILED($1)" ;;
+  esac
+}
+
 # One line of the summary for a finished binary: its status and its test counts.
 summarize() {
   local name="$1" rc="$2" secs="$3" log="$4" status passed failed skipped
   passed="$(grep -Eo '^\[  PASSED  \] [0-9]+' "$log" | grep -Eo '[0-9]+$')"
   failed="$(grep -Eo '^\[  FAILED  \] [0-9]+ test' "$log" | grep -Eo '[0-9]+')"
   skipped="$(grep -Eo '^\[  SKIPPED \] [0-9]+' "$log" | grep -Eo '[0-9]+$')"
-  case $rc in
-    0) status=ok ;;
-    124) status=TIMEOUT ;;
-    *) status="FAILED($rc)" ;;
-  esac
+  status="$(exit_status "$rc")"
   # A skipped CUDA test is a failure here (AMPGRAD_REQUIRE_CUDA=1 already makes it fail; this
   # catches a binary that skips by other means).
   [[ "$status" == ok && -n "$skipped" && "$skipped" != 0 ]] && status="FAILED(skips)"
@@ -180,6 +217,28 @@ summarize() {
   [[ -n "$passed$failed$skipped" ]] && tests="passed ${passed:-0}, failed ${failed:-0}, skipped ${skipped:-0}"
   grep -q '^checks: ' "$log" && tests="$(grep -m1 '^checks: ' "$log")"
   printf '%-30s %-14s %5ss  %s\n' "$name" "$status" "$secs" "$tests"
+  [[ "$status" == ok ]]
+}
+
+# One line of the summary for a char_gpt training: ok when it ran, and its validation loss is
+# finite and below the unigram model's (a run that diverged, or learnt nothing, fails).
+summarize_training() {
+  local name="$1" rc="$2" secs="$3" log="$4" status line val unigram number='^[0-9]+(\.[0-9]+)?$'
+  line="$(grep -m1 '^validation loss ' "$log")"
+  val="$(sed -n 's/^validation loss \([^ ]*\) after.*/\1/p' <<<"$line")"
+  unigram="$(sed -n 's/.*(unigram model: \([^)]*\)).*/\1/p' <<<"$line")"
+  status="$(exit_status "$rc")"
+  # printf prints a diverged loss as nan or inf, which the pattern refuses.
+  if [[ "$status" == ok ]] && ! { [[ "$val" =~ $number && "$unigram" =~ $number ]] &&
+                                  awk -v v="$val" -v u="$unigram" 'BEGIN { exit !(v + 0 < u + 0) }'; }; then
+    status="FAILED(loss)"
+  fi
+  local what="no validation loss"
+  if [[ -n "$line" ]]; then
+    what="val $val (unigram $unigram)$(sed -n 's/.*), \([0-9]*\) steps skipped, final scale \([^ ]*\)$/, \1 skipped, scale \2/p' <<<"$line")"
+    what+="$(sed -n 's/^trained in \([^ ]*\) s (\([^ ]*\) ms per step.*/, \1 s, \2 ms\/step/p' "$log")"
+  fi
+  printf '%-30s %-14s %5ss  %s\n' "$name" "$status" "$secs" "$what"
   [[ "$status" == ok ]]
 }
 
@@ -259,30 +318,42 @@ run() {
   fi
 
   # Tests first (each also under AMPGRAD_CUDA_SYNC=1: a kernel fault then names its kernel), then
-  # the benchmark.
-  local runs=() rows=() failed=0 name
-  for name in cuda_test cuda_kernels_test nccl_test cuda_bench; do
+  # char_gpt's trainings (FP32, FP16 AMP, BF16 AMP), then the benchmark.
+  local runs=() rows=() failed=0 name text="$bindir/../data/char_gpt.txt"
+  for name in cuda_test cuda_kernels_test gpt_cuda_test nccl_test char_gpt cuda_bench; do
     [[ -x "$bindir/$name" ]] || continue
-    runs+=("$name|$bindir/$name|0")
-    [[ "$name" == *_test ]] && runs+=("$name SYNC=1|$bindir/$name|1")
+    if [[ "$name" == char_gpt ]]; then
+      runs+=("char_gpt fp32|$bindir/$name|0|" "char_gpt fp16 amp|$bindir/$name|0|--amp=fp16"
+             "char_gpt bf16 amp|$bindir/$name|0|--amp=bf16")
+      continue
+    fi
+    runs+=("$name|$bindir/$name|0|")
+    [[ "$name" == *_test ]] && runs+=("$name SYNC=1|$bindir/$name|1|")
   done
   for entry in "${runs[@]}"; do
-    local bin sync log start rc secs extra_env=()
-    IFS='|' read -r name bin sync <<<"$entry"
+    local bin sync amp log start rc secs extra_env=() args=()
+    IFS='|' read -r name bin sync amp <<<"$entry"
     [[ "$name" == nccl_test* ]] && extra_env=(${nccl_env[@]+"${nccl_env[@]}"})
+    [[ "$name" == char_gpt* ]] &&
+      args=(--device=cuda --data="$text" --steps=300 --eval-every=100 --sample=120 ${amp:+"$amp"})
     log="$logs/$(tr ' =' '__' <<<"$name").log"
     start=$(date +%s)
-    env ${extra_env[@]+"${extra_env[@]}"} AMPGRAD_CUDA_SYNC="$sync" timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin" >"$log" 2>&1
+    env ${extra_env[@]+"${extra_env[@]}"} AMPGRAD_CUDA_SYNC="$sync" timeout "${GPU_CHECK_TIMEOUT:-240}" "$bin" \
+      ${args[@]+"${args[@]}"} >"$log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
     echo "==== $name (exit $rc, ${secs}s; log $log)"
-    if [[ "$name" == cuda_bench ]]; then
+    if [[ "$name" == cuda_bench || "$name" == char_gpt* ]]; then
       cat "$log"
     else
       grep -E -A3 'Failure$|^unknown file: Failure' "$log" | head -n 30
       grep -E '^\[  (FAILED|SKIPPED) \] ' "$log" | grep -v ' ms)$' | head -n 20
     fi
-    rows+=("$(summarize "$name" "$rc" "$secs" "$log")") || failed=1
+    if [[ "$name" == char_gpt* ]]; then
+      rows+=("$(summarize_training "$name" "$rc" "$secs" "$log")") || failed=1
+    else
+      rows+=("$(summarize "$name" "$rc" "$secs" "$log")") || failed=1
+    fi
   done
   echo
   echo "==== GPU check summary ===="
