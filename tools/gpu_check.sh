@@ -10,7 +10,7 @@
 #                              Also builds examples/char_gpt and copies a text for it to train on
 #                              (the fortunes texts, else the project's Markdown) into data/.
 #                              Copies them and this script into the git-ignored .gpu_build/
-#                              (about 55 MB; ship that folder).
+#                              (about 45 MB; ship that folder).
 #   tools/gpu_check.sh run     (on the GPU machine, from .gpu_build/ or the repo root): checks with
 #                              ldd that every binary loads, finds libcublas.so.13 (Python's CUDA 13
 #                              wheels, then ldconfig, then /usr/local/cuda*; never a walk of /), runs
@@ -117,7 +117,8 @@ build() {
   # links libstdc++ statically, so the GPU machine needs no GLIBCXX_3.4.30. libgcc_s stays shared
   # (present everywhere, old symbol versions): -static-libgcc would raise the glibc floor to 2.35
   # (_dl_find_object in its unwinder). --define=gpu_bundle=1 links tools/glibc_compat.cc, whose
-  # arc4random keeps static libstdc++ from needing glibc 2.36.
+  # arc4random keeps static libstdc++ from needing glibc 2.36, and compresses the device code for
+  # size (third_party/cuda/cuda.bzl).
   bazel build --dynamic_mode=off --define=gpu_bundle=1 --linkopt=-Wl,--as-needed --linkopt=-l:libstdc++.a \
     "${targets[@]}" || exit 1
   rm -rf "$out" && mkdir -p "$out/bin"
