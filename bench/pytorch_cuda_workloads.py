@@ -74,7 +74,7 @@ def gpt_step_fn(shape, precision, fused):
     n_layer, n_head, n_embd, block, batch = shape
     vocab = 114
     torch.manual_seed(0)
-    model = GPT(vocab, block, n_layer, n_head, n_embd).cuda()
+    model = GPT(vocab, block, n_layer, n_head, n_embd).init_as_ampgrad_().cuda()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
@@ -172,6 +172,10 @@ def main():
     if sdpa_math:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         attention = sdpa_kernel(SDPBackend.MATH)
+        # The math backend upcasts 16-bit q, k, v to FP32 unless told otherwise; ampgrad's attention
+        # matmuls run in the autocast dtype (its softmax in FP32, PyTorch's then in 16 bits).
+        if hasattr(torch.backends.cuda, "allow_fp16_bf16_reduction_math_sdp"):
+            torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
     print(f"gpt: scaled_dot_product_attention {'math (as ampgrad)' if sdpa_math else 'PyTorch default'}", flush=True)
     with attention:
         for fused in (False, True):

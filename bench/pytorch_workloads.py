@@ -54,7 +54,7 @@ def make_gpt(name):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
     from gpt_pytorch import GPT  # noqa: E402
     torch.manual_seed(0)
-    model = GPT(114, 64, 4, 4, 128)
+    model = GPT(114, 64, 4, 4, 128).init_as_ampgrad_()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],

@@ -82,7 +82,12 @@ int main(int argc, char** argv) {
         char_gpt::train(corpus, options, model, [&](int64_t step, double loss, double scale, double val) {
           ag::utils::ProgressFields fields{{"loss", loss}};
           if (amp) fields.emplace_back("scale", scale);
-          if (std::isnan(val)) return progress.update(step, fields);
+          if (std::isnan(val)) {
+            // On CUDA a step's loss arrives only at the next evaluation (one read-back for all of
+            // them), so only the evaluations' lines would be on time.
+            if (options.device == ag::Device::kCPU) progress.update(step, fields);
+            return;
+          }
           fields.emplace_back("val", val);
           progress.keep(step, fields);  // every evaluation gets its line
         });

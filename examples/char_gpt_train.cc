@@ -283,7 +283,8 @@ std::string sample(gpt::GPT& model, const Corpus& corpus, const std::string& pro
   for (int64_t i = 0; i < length; ++i) {
     const int64_t t = std::min<int64_t>(static_cast<int64_t>(context.size()), model.config.block_size);
     const std::vector<int64_t> window(context.end() - t, context.end());
-    // On CUDA the window goes up and the probabilities come back: two waits per character.
+    // On CUDA the window goes up (a pageable copy), embedding checks its ids and the
+    // probabilities come back: three waits per character.
     const ag::Tensor logits = model(ag::Tensor::from_vector(window, {1, t}, ag::DType::kInt64, device));
     const std::vector<float> p = ag::ops::softmax(ag::ops::narrow(ag::ops::reshape(logits, {t, -1}), 0, t - 1, 1), -1).to_vector();
     const double u = static_cast<double>(mix(seed + static_cast<uint64_t>(i)) >> 11) * 0x1p-53;

@@ -94,7 +94,7 @@ ag::Tensor train_step(gpt::GPT& model, ag::optim::AdamW& opt, ag::amp::GradScale
 
 /// Moves the model to options.device and trains it; with resume_path set, continues from that
 /// checkpoint (the model, optimizer, scaler, schedule and step), bit for bit as an uninterrupted
-/// run, whichever device saved it. On CUDA the losses are read back once per evaluation, so
+/// run, resumed on the device that saved it. On CUDA the losses are read back once per evaluation, so
 /// on_step is called for the steps in between at the evaluation, in order.
 TrainResult train(const Corpus& corpus, const TrainOptions& options, gpt::GPT& model, const StepCallback& on_step = {});
 

@@ -52,6 +52,22 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied
 
+    def init_as_ampgrad_(self):
+        """examples/gpt.cc's (GPT-2's) initialisation instead of PyTorch's defaults: weights and
+        embeddings N(0, 0.02), the residual projections (c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases
+        zero, layer norms one and zero. Benchmarks use it so both sides start from alike losses."""
+        n_layer = len(self.transformer.h)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / (2 * n_layer) ** 0.5)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+            elif ".ln_" in name or name.startswith("transformer.ln_f"):
+                nn.init.ones_(p)
+            else:
+                nn.init.normal_(p, 0.0, 0.02)
+        return self
+
     def forward(self, ids):
         pos = torch.arange(ids.shape[1], device=ids.device)
         x = self.transformer.wte(ids) + self.transformer.wpe(pos)

@@ -41,8 +41,17 @@ inline ::testing::AssertionResult close_to_reference(const std::vector<double>& 
 }
 
 /// A text of a few repeated sentences: enough for the loss to fall within tens of steps.
+// "Suite_Name" of the running test, for temporary files that concurrent test binaries must not share.
+inline std::string test_file_stem() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string stem = info == nullptr ? std::string("gpt") : std::string(info->test_suite_name()) + "_" + info->name();
+  std::replace(stem.begin(), stem.end(), '/', '_');  // parameterised names hold slashes
+  return stem;
+}
+
 inline char_gpt::Corpus tiny_corpus() {
-  const std::string path = ::testing::TempDir() + "/gpt_tiny.txt";
+  // Named after the running test: gpt_test and gpt_cuda_test may run at once on one TempDir().
+  const std::string path = ::testing::TempDir() + "/" + test_file_stem() + "_tiny.txt";
   std::string text;
   for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog. pack my box with five dozen jugs.\n";
   FILE* f = std::fopen(path.c_str(), "w");
@@ -80,7 +89,7 @@ inline void expect_resume_is_bit_exact(
   gpt::GPT straight(o.model);
   const char_gpt::TrainResult all = char_gpt::train(corpus, o, straight);
 
-  const std::string path = ::testing::TempDir() + "/gpt_resume.safetensors";
+  const std::string path = ::testing::TempDir() + "/" + test_file_stem() + "_resume.safetensors";
   manual_seed(o.seed);
   gpt::GPT first(o.model);
   char_gpt::TrainOptions half = o;

@@ -27,9 +27,10 @@ _NVCC_MODE_FLAGS = {
 }
 
 # The GPU bundle (tools/gpu_check.sh build sets --define=gpu_bundle=1): device code compressed for
-# size, not nvcc's default (for speed). The machine code is the same; each shipped binary's
-# fatbinary shrinks from about 4.8 MB to well under 1 MB, which keeps the bundle small. Needs
-# nvcc 12.8 or newer, as the bundle's CUDA 13 toolkit is.
+# size rather than nvcc's default balance. The machine code is the same; each shipped binary's
+# fatbinary shrinks from about 4.8 MB to well under 1 MB, which keeps the bundle small. Needs nvcc
+# 12.8 or newer and a driver from CUDA 12.4 on (r550); the bundle's CUDA 13 runtime already needs
+# r580.
 _NVCC_BUNDLE_FLAGS = ["--compress-mode=size"]
 
 # The toolkit's library folder, for the run-time loader's last resort (after the dynamic linker's
