@@ -35,7 +35,7 @@ inline bool profile_launches() {
   return on;
 }
 
-/// Records a launch of `kernel` (a string literal) for the profile (framework/launch_profile.cc).
+/// Records a launch of `kernel` (a string literal) for the profile (framework/launch_profile_cuda.cc).
 void record_launch(const char* kernel);
 
 // Errors a faulting kernel leaves behind: asynchronous, so reported by whichever call comes next.
@@ -65,7 +65,7 @@ inline std::string_view fault_hint(cudaError_t err) {
 
 [[noreturn]] inline void throw_cuda_error(const char* file, int line, const char* call, cudaError_t err) {
   // Header-only on purpose: framework/cuda references no non-inline framework symbol (see BUILD);
-  // check_launch's record_launch is framework:cuda's own (launch_profile.cc).
+  // check_launch's record_launch is framework:cuda's own (launch_profile_cuda.cc).
   throw ::ampgrad::Error(::ampgrad::detail::str_cat(file, ":", line, ": CUDA call `", call, "` failed: ",
                                                     cudaGetErrorName(err), " (", cudaGetErrorString(err), ")",
                                                     fault_hint(err)));

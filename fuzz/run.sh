@@ -10,12 +10,15 @@ cxx=${CXX_FUZZ:-$(command -v clang++-14 || command -v clang++ || echo clang++-14
 out=${FUZZ_OUT:-${TMPDIR:-/tmp}/ampgrad_fuzz}
 mkdir -p "$out/corpus"
 
-# The parser and the framework pieces it uses (Tensor, allocator, copies); no CUDA, no Bazel.
+# The parser and the framework pieces it uses (Tensor, allocator, copies); no CUDA (the *_cuda.cc
+# host files need the CUDA runtime), no Bazel.
 # nlohmann/json comes from /usr/include (Debian nlohmann-json3-dev), already a system path.
+framework_sources=()
+for f in framework/*.cc; do [[ "$f" == *_cuda.cc ]] || framework_sources+=("$f"); done
 "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer -Wall -Wextra \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -I. \
-  fuzz/safetensors_fuzz.cc checkpoint/safetensors.cc checkpoint/safetensors_dtypes.cc framework/*.cc \
+  fuzz/safetensors_fuzz.cc checkpoint/safetensors.cc checkpoint/safetensors_dtypes.cc "${framework_sources[@]}" \
   -o "$out/safetensors_fuzz"
 
 # New inputs go to a scratch corpus; the committed seeds stay as they are. Crashes land in $out.
