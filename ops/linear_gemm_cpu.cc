@@ -44,7 +44,8 @@ constexpr int64_t kPackedBMax = int64_t{1} << 21;
 constexpr int64_t kKeptPartialFloats = int64_t{1} << 22;
 // Below this many FLOP a GEMM stays on the calling thread: waking a helper costs more than it saves.
 constexpr double kParallelFlop = 4e6;
-// Below this many FLOP (the seed model's 64 x 10 x 1) packing costs more than it saves: plain loops.
+// Below this many FLOP (the seed model's 64 x 10 x 1) packing costs more than it saves: plain loops
+// (run_direct), which sum as the packed kernel does.
 constexpr double kDirectFlop = 16384;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -174,8 +175,8 @@ void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, 
   }
 }
 
-// The same sums as the packed path, in the same order (bias or zero, then one FMA per k in turn),
-// so the result is bit for bit the one the packed kernel gives.
+// The same sums as a kFloat kernel's packed path, in the same order (bias or zero, then one FMA
+// per k in turn), so the result is bit for bit the one the packed kernel gives.
 void sgemm_direct(const Problem& pb) {
   const auto* a = static_cast<const float*>(pb.a.data);
   const auto* b = static_cast<const float*>(pb.b.data);
@@ -211,9 +212,19 @@ const float* widened(const void* data, DType dtype, int64_t n, Buffer& buffer) {
   return out;
 }
 
-// 16-bit operands are widened first (8 or 16 at a time): converting each element once per use,
-// one call at a time, cost more than the whole float product.
+// A kernel with arithmetic of its own (the BF16 pair kernel: VDPBF16PS flushes subnormals) does
+// small products itself, so that a row gives the same bits alone as inside a batch; it writes
+// float sums, rounded here for a 16-bit c. Otherwise 16-bit operands are widened first (8 or 16 at
+// a time): converting each element once per use, one call at a time, cost more than the whole
+// float product.
 void run_direct(Problem pb) {
+  if (pb.kernel->direct != nullptr) {
+    thread_local Buffer sums;
+    float* c = pb.c_rounded != nullptr ? sums.get(pb.m * pb.n) : pb.c_float;
+    pb.kernel->direct(pb.m, pb.n, pb.k, pb.a, pb.b, pb.bias, c);
+    if (pb.c_rounded != nullptr) store_rounded_rows(pb, c, pb.n, 0, 0, pb.m, pb.n);
+    return;
+  }
   thread_local Buffer a_wide, b_wide;
   const auto widen_view = [](MatrixView& v, int64_t rows, int64_t cols, Buffer& buffer) {
     const int64_t span = rows == 0 || cols == 0 ? 0 : (rows - 1) * v.row_stride + (cols - 1) * v.col_stride + 1;

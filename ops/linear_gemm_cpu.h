@@ -29,7 +29,9 @@ struct GemmOptions {
 /// row-major [m, n] of c_dtype (float32, or float16/bfloat16 rounded once from the float sum).
 /// bias is n contiguous values (any of the three), or a view with null data for none. Every
 /// kernel gives the same bits (each element is bias, then one FMA per k in order), except that the
-/// BF16 pair kernel flushes subnormal inputs and partial sums to zero (see Packing).
+/// BF16 pair kernel flushes subnormal inputs and partial sums to zero (see Packing). Either way an
+/// element's bits do not depend on m, n or the thread count: products too small to pack run the
+/// kernel's own arithmetic (MicroKernel::direct). k = 0 gives the bias as it is (or zeros).
 /// Throws if options.kernel takes BF16 pairs and a or b is not bfloat16.
 void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const MatrixView& bias, void* c,
            DType c_dtype, const GemmOptions& options = {});

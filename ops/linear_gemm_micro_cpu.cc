@@ -6,12 +6,16 @@
 //     than the AVX2 tile over the mlp's shapes; 12x32 was 2-3% faster and 16x16 about as fast.
 //   AVX512_BF16 8 x 32 over bfloat16 pairs: the AVX-512 tile with VDPBF16PS for the FMA, two k per
 //     instruction. On a Zen 4 core it retires one per cycle like a 512-bit FMA, so twice the FLOP.
+//     Products too small to pack run the same instruction on unpacked pairs (direct_avx512_bf16).
 // The AVX-512 kernels are compiled for their own targets with function attributes, so the library
 // still runs on any AVX2 CPU; each is only called when the running CPU has its features.
 #include "ops/linear_gemm_micro_cpu.h"
 
 #include <cmath>
 #include <cstring>
+
+#include "ops/linear_gemm_cpu.h"
+#include "ops/linear_gemm_pack_cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -151,6 +155,40 @@ template <int kMR, int kNV>
   }
   store_tile(acc, c, ldc);
 }
+
+// acc + the products of one pair word of a and one of b, by VDPBF16PS in lane 0.
+[[AMPGRAD_AVX512_BF16_TARGET, gnu::always_inline]] inline __m128 dot_pair(__m128 acc, uint32_t a_word,
+                                                                          uint32_t b_word) {
+  return _mm_dpbf16_ps(acc, (__m128bh)_mm_cvtsi32_si128(static_cast<int>(a_word)),
+                       (__m128bh)_mm_cvtsi32_si128(static_cast<int>(b_word)));
+}
+
+// The pair kernel's sums for a product too small to pack: each element's words are the ones the
+// packing forms (k high, k + 1 low, an odd k's last word padded) and go through VDPBF16PS in the
+// same order, one lane at a time. The instruction itself, not a model of it: its flush of tiny
+// results uses x86's tininess after rounding (to 24 bits with an unbounded exponent), which a
+// float FMA followed by a test for subnormals gets wrong just below 2^-126.
+[[AMPGRAD_AVX512_BF16_TARGET]] void direct_avx512_bf16(int64_t m, int64_t n, int64_t k, const MatrixView& a,
+                                                       const MatrixView& b, const float* init, float* c) {
+  const auto* a_bits = static_cast<const uint16_t*>(a.data);
+  const auto* b_bits = static_cast<const uint16_t*>(b.data);
+  const int64_t whole = k / 2 * 2;  // k values in whole pairs
+  for (int64_t i = 0; i < m; ++i) {
+    const uint16_t* ai = a_bits + i * a.row_stride;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t* bj = b_bits + j * b.col_stride;
+      __m128 acc = _mm_set_ss(init != nullptr ? init[j] : 0.0f);
+      for (int64_t p = 0; p < whole; p += 2) {
+        acc = dot_pair(acc, pair_word(ai[p * a.col_stride], ai[(p + 1) * a.col_stride]),
+                       pair_word(bj[p * b.row_stride], bj[(p + 1) * b.row_stride]));
+      }
+      if (whole < k) {
+        acc = dot_pair(acc, pair_word(ai[whole * a.col_stride], kPadA), pair_word(bj[whole * b.row_stride], kPadB));
+      }
+      c[i * n + j] = _mm_cvtss_f32(acc);
+    }
+  }
+}
 #endif
 
 // k blocks of up to 1024: a whole k of the mlp's products in one block, so c is written once and
@@ -158,17 +196,17 @@ template <int kMR, int kNV>
 // costs less than the partial sums' round trips did: on a Zen 4 core, 1-thread CPU time over the
 // mlp's GEMM shapes, kc 256 -> 1024 took the AVX2 kernel from 85-94 to 92-100 GFLOP/s.
 // m blocks: 96 x 1024 of packed a (384 KB) stays in L2 (512 KB on Zen 3, 1-2 MB on newer cores).
-constexpr MicroKernel kPortable{"portable 6x16", Packing::kFloat, 6, 16, 256, 144, micro_kernel_portable};
+constexpr MicroKernel kPortable{"portable 6x16", Packing::kFloat, 6, 16, 256, 144, micro_kernel_portable, nullptr};
 #ifdef AMPGRAD_GEMM_AVX2
-constexpr MicroKernel kAvx2{"avx2 6x16", Packing::kFloat, 6, 16, 1024, 96, micro_kernel_avx2};
+constexpr MicroKernel kAvx2{"avx2 6x16", Packing::kFloat, 6, 16, 1024, 96, micro_kernel_avx2, nullptr};
 #else
 constexpr MicroKernel kAvx2 = kPortable;
 #endif
 #ifdef AMPGRAD_GEMM_AVX512
-constexpr MicroKernel kAvx512{"avx512 8x32", Packing::kFloat, 8, 32, 1024, 96, micro_kernel_avx512<8, 2>};
+constexpr MicroKernel kAvx512{"avx512 8x32", Packing::kFloat, 8, 32, 1024, 96, micro_kernel_avx512<8, 2>, nullptr};
 // k blocks of 2048 bfloat16: the same bytes per panel as the float kernel's 1024.
 constexpr MicroKernel kAvx512Bf16{"avx512_bf16 8x32 bf16 pairs", Packing::kBFloat16Pairs, 8, 32, 2048, 96,
-                                  micro_kernel_avx512_bf16<8, 2>};
+                                  micro_kernel_avx512_bf16<8, 2>, direct_avx512_bf16};
 
 // Whether `isa` (a cap; kNative: none) lets a kernel of `level` run here.
 bool allows(CpuIsa isa, CpuIsa level) {

@@ -11,14 +11,17 @@
 
 namespace ampgrad::kernels::cpu {
 
+struct MatrixView;  // linear_gemm_cpu.h
+
 /// What a packed panel's 32-bit words hold.
 /// kFloat: one float (any operand, widened while packed); a panel of kc k values has kc rows.
 /// kBFloat16Pairs: two bfloat16 k-neighbours, k in the high half and k + 1 in the low half (only
 ///   bfloat16 x bfloat16 products); ceil(kc / 2) rows, an odd kc padded with +0 in a and -0 in b
 ///   (the product -0 leaves every sum, -0 included, unchanged). VDPBF16PS adds the high product
 ///   first and rounds after each of the two (Intel's pseudo-code, and measured on a Zen 4), so the
-///   sums are the FMA chain's in k order; but it treats subnormal inputs, and subnormal results of
-///   either step, as zero (fixed DAZ/FTZ, whatever MXCSR says).
+///   sums are the FMA chain's in k order; but it reads subnormal inputs (the accumulator too) as
+///   zeros of their sign, and gives a zero of the exact result's sign for a step whose result is
+///   tiny after rounding (fixed DAZ/FTZ, whatever MXCSR says).
 enum class Packing { kFloat, kBFloat16Pairs };
 
 /// k values per packed word.
@@ -31,6 +34,13 @@ constexpr int64_t k_per_word(Packing packing) { return packing == Packing::kBFlo
 using MicroKernelFn = void (*)(int64_t kw, const void* a_panel, const void* b_panel, const float* init,
                                int64_t init_ld, float* c, int64_t ldc);
 
+/// c[m x n] (row-major floats) = init + a b for a [m, k] and b [k, n] as stored, unpacked, in the
+/// kernel's own arithmetic: the GEMM's path for products too small to pack, which must give the
+/// packed path's bits so that a result does not depend on the shape around it (m = 1 or a batch).
+/// init is null (zero) or n floats (the bias, repeated on every row).
+using DirectFn = void (*)(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, const float* init,
+                          float* c);
+
 struct MicroKernel {
   const char* name;
   Packing packing;
@@ -39,6 +49,7 @@ struct MicroKernel {
                    // the core while the a panels stream past it
   int64_t mc;      // the m block: mc x kc of packed a stays in L2 while all of the b panels pass
   MicroKernelFn run;
+  DirectFn direct;  // null: the plain FMA loop over widened operands, which is what a kFloat kernel sums
 };
 
 /// The largest tile any kernel has (for edge tiles kept on the stack).

@@ -142,12 +142,6 @@ void pack_a_panel(const T* a, int64_t rs, int64_t cs, int64_t i0, int64_t m_end,
 
 // ---- bfloat16 pairs (Packing::kBFloat16Pairs) --------------------------------------------------
 
-// Pad values for an odd k's last word: +0 in a, -0 in b, so the padded product is -0.
-constexpr uint16_t kPadA = 0x0000, kPadB = 0x8000;
-
-// The word of x(k) and x(k + 1): the first in the high half (VDPBF16PS multiplies it first).
-inline uint32_t pair_word(uint16_t first, uint16_t second) { return (uint32_t{first} << 16) | second; }
-
 // dst[q * width + j] = pair_word(x(2q, j), x(2q + 1, j)) for 2q < kc and j < width, where
 // x(p, j) = src[p * p_stride + j * j_stride]. Columns from `valid` are zero; an odd kc's last word
 // takes `pad` as its second.

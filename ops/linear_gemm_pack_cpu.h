@@ -19,6 +19,14 @@ constexpr int64_t packed_rows(int64_t kc, Packing packing) {
   return (kc + k_per_word(packing) - 1) / k_per_word(packing);
 }
 
+/// Pad values for an odd k's last BF16 pair word: +0 in a, -0 in b, so the padded product is -0,
+/// which leaves every sum (-0 included) unchanged.
+inline constexpr uint16_t kPadA = 0x0000, kPadB = 0x8000;
+
+/// The BF16 pair word of x(k) and x(k + 1) (bfloat16 bits): the first in the high half, which
+/// VDPBF16PS multiplies first.
+constexpr uint32_t pair_word(uint16_t first, uint16_t second) { return (uint32_t{first} << 16) | second; }
+
 /// Calls fn(T{}) with the storage type of a GEMM operand's dtype (float, Half or BFloat16).
 template <typename Fn>
 void visit_operand(DType dtype, Fn&& fn) {

@@ -1,11 +1,14 @@
-// The BF16 pair kernel (AVX512_BF16, VDPBF16PS) against the baseline kernel: the same bits while no
-// subnormal turns up, over the shapes that reach the packing's edges (ragged m, n and k, odd k,
-// k = 1, k = 0, k split into blocks, c split into column blocks), every transpose, with and without
-// bias, float32 and bfloat16 results, 1-3 threads; subnormals flushed as documented, within the
-// documented bound; and linear under BF16 autocast using the level's kernel. tests/BUILD runs this
-// file again under AMPGRAD_CPU_ISA=baseline. A CPU without AVX512_BF16 skips, saying what it lacks.
+// The BF16 pair kernel (AVX512_BF16, VDPBF16PS): against the baseline kernel, the same bits while
+// no subnormal turns up, over the shapes that reach the packing's edges (ragged m, n and k, odd k,
+// k = 1, k split into blocks, c split into column blocks), every transpose, with and without bias,
+// float32 and bfloat16 results, 1-3 threads; subnormals flushed as documented, within the
+// documented bound. A CPU without AVX512_BF16 skips these, saying what it lacks. GemmBf16Level
+// runs everywhere: linear under BF16 autocast uses the level's kernel, which gives a row the same
+// bits alone and inside a batch, flushed exactly when the level is avx512_bf16; tests/BUILD runs
+// it again under AMPGRAD_CPU_ISA=avx512, which must flush nothing.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -76,6 +79,122 @@ std::vector<uint16_t> bits(const Tensor& t) {
   std::memcpy(words.data(), t.data_ptr(), words.size() * 2);
   return words;
 }
+
+// ---- a software model of VDPBF16PS ------------------------------------------------------------
+//
+// One lane, as Intel's pseudo-code and notes give it: srcdest += src1.high * src2.high, then
+// srcdest += src1.low * src2.low, each an FP32 FMA rounded once to nearest even, with "daz in, ftz
+// out" whatever MXCSR says:
+// - a subnormal input (a bfloat16 half, or the accumulator) is read as a zero of its own sign;
+// - a tiny result is a zero of the exact result's sign (as MXCSR.FTZ gives). x86 detects tininess
+//   after rounding, to 24 bits with an unbounded exponent: |exact| < 2^-126 - 2^-151. A float FMA
+//   rounds into the subnormals instead, so just below 2^-126 it can give 2^-126 where the
+//   instruction gives 0; the test is done on the exact sum (a b is exact in double, and TwoSum
+//   gives acc + a b as s + e exactly).
+// - NaN (Intel's Table 5-1): the first NaN of src1 low, src2 low, src1 high, src2 high, srcdest,
+//   quieted, so a later k's NaN replaces an earlier one; with no NaN input, an invalid operation
+//   (inf x 0, inf - inf) gives x86's default NaN 0xFFC00000. The kernel passes a as src1 and b as
+//   src2; the data below never puts a NaN in both a and b at the same k, the one case that order
+//   decides.
+// A GEMM element is bias (or +0), then one instruction per word of a row of a and a column of b:
+// k high, k + 1 low, and an odd k's last word padded with +0 in a and -0 in b.
+
+namespace model {
+
+constexpr uint16_t kPadA = 0x0000, kPadB = 0x8000;  // +0 and -0
+constexpr uint32_t kDefaultNan = 0xffc00000u;
+
+float from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t to_bits(float f) { return std::bit_cast<uint32_t>(f); }
+float widen(uint16_t b) { return from_bits(uint32_t{b} << 16); }
+float daz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+
+// acc + a b, rounded once, tiny results flushed (a, b and acc are never subnormal here).
+float fma_ftz(float acc, float a, float b) {
+  const float rounded = std::fma(a, b, acc);
+  if (!std::isfinite(rounded)) return rounded;
+  const double p = static_cast<double>(a) * b, c = acc, s = p + c, c_part = s - p;
+  const double e = (p - (s - c_part)) + (c - c_part);  // s + e == p + c exactly (TwoSum)
+  constexpr double kTiny = 0x1p-126 - 0x1p-151;       // below this, rounding gives less than 2^-126
+  const bool tiny = s != 0 && (std::abs(s) < kTiny || (std::abs(s) == kTiny && e != 0 && (e < 0) != (s < 0)));
+  return tiny ? std::copysign(0.0f, static_cast<float>(s)) : rounded;
+}
+
+// One instruction on one lane.
+float vdpbf16ps(float acc, uint32_t a_word, uint32_t b_word) {
+  const float a_high = daz(widen(a_word >> 16)), a_low = daz(widen(a_word & 0xffff));
+  const float b_high = daz(widen(b_word >> 16)), b_low = daz(widen(b_word & 0xffff));
+  acc = daz(acc);
+  for (float x : {a_low, b_low, a_high, b_high, acc}) {
+    if (std::isnan(x)) return from_bits(to_bits(x) | 0x00400000u);
+  }
+  const float sum = fma_ftz(fma_ftz(acc, a_high, b_high), a_low, b_low);
+  return std::isnan(sum) ? from_bits(kDefaultNan) : sum;
+}
+
+}  // namespace model
+
+// A product given as bfloat16 bits: a [m, k] and b [k, n] row-major, bias n values or none.
+struct BitsProduct {
+  int64_t m, n, k;
+  std::vector<uint16_t> a, b, bias;
+
+  // c through sgemm (float32) with `kernel`, or the level's kernel when null, as float bits.
+  std::vector<uint32_t> run(const kc::MicroKernel* kernel) const {
+    std::vector<float> c(static_cast<size_t>(m * n), std::nanf(""));
+    const kc::MatrixView bias_view =
+        bias.empty() ? kc::MatrixView{} : kc::MatrixView{bias.data(), DType::kBFloat16, 0, 1};
+    kc::sgemm(m, n, k, {a.data(), DType::kBFloat16, k, 1}, {b.data(), DType::kBFloat16, n, 1}, bias_view, c.data(),
+              DType::kFloat32, {.kernel = kernel});
+    std::vector<uint32_t> out(c.size());
+    for (size_t i = 0; i < c.size(); ++i) out[i] = model::to_bits(c[i]);
+    return out;
+  }
+
+  // c as the pair kernel must sum it (model::vdpbf16ps per word), or as the baseline's FMA chain
+  // (bias, then one float FMA per k, subnormals kept).
+  enum class Sums { kPairs, kFmaChain };
+  std::vector<uint32_t> modelled(Sums sums) const {
+    std::vector<uint32_t> out(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        float acc = bias.empty() ? 0.0f : model::widen(bias[j]);
+        for (int64_t q = 0; q < k; q += sums == Sums::kPairs ? 2 : 1) {
+          const uint16_t a0 = a[i * k + q], b0 = b[q * n + j];
+          if (sums == Sums::kFmaChain) {
+            acc = std::fma(model::widen(a0), model::widen(b0), acc);
+            continue;
+          }
+          const bool whole = q + 1 < k;
+          const uint16_t a1 = whole ? a[i * k + q + 1] : model::kPadA, b1 = whole ? b[(q + 1) * n + j] : model::kPadB;
+          acc = model::vdpbf16ps(acc, (uint32_t{a0} << 16) | a1, (uint32_t{b0} << 16) | b1);
+        }
+        out[i * n + j] = model::to_bits(acc);
+      }
+    }
+    return out;
+  }
+};
+
+// Whether got and want hold the same float bits, or (NanBits::kAny) are both NaN of any payload;
+// names the first few elements that differ.
+enum class NanBits { kSame, kAny };
+::testing::AssertionResult same_floats(const std::vector<uint32_t>& got, const std::vector<uint32_t>& want, int64_t n,
+                                       NanBits nan_bits) {
+  int differ = 0;
+  ::testing::Message first;
+  for (size_t e = 0; e < got.size(); ++e) {
+    const bool both_nan = std::isnan(model::from_bits(got[e])) && std::isnan(model::from_bits(want[e]));
+    if (got[e] == want[e] || (both_nan && nan_bits == NanBits::kAny)) continue;
+    if (++differ <= 5) {
+      first << " (" << e / n << ", " << e % n << "): " << std::hex << got[e] << " not " << want[e] << std::dec << ";";
+    }
+  }
+  if (differ == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << differ << " of " << got.size() << " elements differ:" << first;
+}
+
+uint16_t bf16(double v) { return ag::double_to_bfloat16(v).bits; }
 
 const kc::MicroKernel& baseline() { return kc::micro_kernel(ag::CpuIsa::kBaseline, DType::kBFloat16); }
 const kc::MicroKernel& pairs() { return kc::micro_kernel(ag::CpuIsa::kAvx512Bf16, DType::kBFloat16); }
@@ -272,6 +391,42 @@ TEST(GemmBf16Level, LinearUnderBf16AutocastUsesTheLevelsKernel) {
       EXPECT_GT(values[j], 0.0) << j;
     }
     EXPECT_GT(values[48 + j], 40.0) << j;  // an ordinary row: 40 products of at least 1
+  }
+}
+
+// Runs without the pair kernel too: a row's bits must not depend on the rows around it. m = 1 is
+// under the 16K FLOP of the plain path, the batches over it (packed); k = 4099 spans k blocks.
+TEST(GemmBf16Level, ARowGivesTheSameBitsAloneAndInABatch) {
+  const bool flushes = kc::default_micro_kernel(DType::kBFloat16).packing == kc::Packing::kBFloat16Pairs;
+  struct Shape {
+    int64_t n, k;
+  };
+  uint64_t seed = 700;
+  for (const Shape& s : {Shape{48, 40}, Shape{33, 41}, Shape{1, 4099}}) {
+    // Row 0: a near 2^-122 (a subnormal at every fourth k), against b in [-1, 1) with a subnormal
+    // at every fifth k; a subnormal bias in every third column. Its sums stay near 2^-120, where
+    // dropped subnormal terms show and partial sums cross 2^-126.
+    BitsProduct row{1, s.n, s.k, {}, {}, {}};
+    const std::vector<double> ra = agt::random_values(s.k, -1, 1, seed += 3);
+    for (int64_t q = 0; q < s.k; ++q) row.a.push_back(bf16(std::ldexp(ra[q], q % 4 == 0 ? -130 : -122)));
+    const std::vector<double> rb = agt::random_values(s.k * s.n, -1, 1, seed + 1);
+    for (int64_t e = 0; e < s.k * s.n; ++e) row.b.push_back(bf16(e / s.n % 5 == 2 ? std::ldexp(rb[e], -127) : rb[e]));
+    const std::vector<double> rc = agt::random_values(s.n, -1, 1, seed + 2);
+    for (int64_t j = 0; j < s.n; ++j) row.bias.push_back(bf16(std::ldexp(rc[j], j % 3 == 0 ? -128 : -120)));
+    const std::vector<uint32_t> alone = row.run(nullptr);
+    const std::vector<uint32_t> want = row.modelled(flushes ? BitsProduct::Sums::kPairs : BitsProduct::Sums::kFmaChain);
+    // Else the row would show nothing.
+    EXPECT_NE(row.modelled(BitsProduct::Sums::kPairs), row.modelled(BitsProduct::Sums::kFmaChain));
+    SCOPED_TRACE(::testing::Message() << "n " << s.n << " k " << s.k << ", " << (flushes ? "flushed" : "not flushed"));
+    EXPECT_TRUE(same_floats(alone, want, s.n, NanBits::kSame)) << "m 1";
+    for (int64_t m : {8, 64, 200}) {
+      BitsProduct batch = row;
+      batch.m = m;
+      for (double v : agt::random_values((m - 1) * s.k, -1, 1, seed + m)) batch.a.push_back(bf16(v));
+      std::vector<uint32_t> first = batch.run(nullptr);
+      first.resize(static_cast<size_t>(s.n));
+      EXPECT_TRUE(same_floats(first, want, s.n, NanBits::kSame)) << "m " << m;
+    }
   }
 }
 

@@ -145,7 +145,8 @@ TEST(Gemm, EmptyInnerDimensionGivesTheBias) {
 
 TEST(Gemm, SmallProductsGiveTheSameBitsAsLargeOnes) {
   // A row on its own is small enough for the kernel's plain-loop path; inside a 200-row product it
-  // goes through the packed path. Both sum bias-then-k in order with FMAs, so the bits agree.
+  // goes through the packed path. Both sum bias-then-k in order in the kernel's arithmetic (FMAs,
+  // or VDPBF16PS for the BF16 pair kernel), so the bits agree.
   for (DType dtype : kGemmDTypes) {
     const Tensor a = Tensor::from_vector(agt::random_values(200 * 300, -1, 1, 3), {200, 300}, dtype);
     const Tensor b = Tensor::from_vector(agt::random_values(300 * 20, -1, 1, 4), {20, 300}, dtype);
