@@ -1,10 +1,11 @@
 // The CPU's float FMA peak, measured for each vector width it has: 12 independent chains of FMAs
 // per thread (enough to cover the FMA latency on two pipes), 8-wide (AVX2/FMA) and 16-wide
-// (AVX-512F, compiled for that target alone and run only where the CPU has it), on 1 thread and
-// on every core; and the BF16 dot-product peak (VDPBF16PS: 16 lanes x 2 products, FP32 sums)
-// where the CPU has AVX512_BF16. The GEMM figures in bench/README.md are read against these
-// numbers rather than a datasheet clock. Each line gives the wall-clock rate and, for 1 thread, the rate per second of
-// CPU time the thread got (what a shared, busy machine still lets one compare).
+// (AVX-512F, compiled for that target alone and run only where the CPU has the avx512 level), on
+// 1 thread and on every core; and the BF16 dot-product peak (VDPBF16PS: 16 lanes x 2 products,
+// FP32 sums) where it has the avx512_bf16 level (a level it lacks is named, with the reason). The
+// GEMM figures in bench/README.md are read against these numbers rather than a datasheet clock.
+// Each line gives the wall-clock rate and, for 1 thread, the rate per second of CPU time the
+// thread got (what a shared, busy machine still lets one compare).
 //   fma_peak [--seconds=S]
 #include <time.h>
 
@@ -79,15 +80,17 @@ float fma_chains_avx2(long iterations) {
   return _mm512_reduce_add_ps(sum);
 }
 
-// What one measurement runs: its name, the FLOP one instruction does, and the chains.
+// What one measurement runs: its name, the level whose CPUs run it, the FLOP one instruction
+// does, and the chains.
 struct Unit {
   const char* name;
+  ampgrad::CpuIsa level;
   int flop;
   float (*chains)(long iterations);
 };
-constexpr Unit kUnits[] = {{"avx2", 8 * 2, fma_chains_avx2},
-                           {"avx512", 16 * 2, fma_chains_avx512},
-                           {"avx512_bf16", 16 * 4, dpbf16_chains}};
+constexpr Unit kUnits[] = {{"avx2", ampgrad::CpuIsa::kBaseline, 8 * 2, fma_chains_avx2},
+                           {"avx512", ampgrad::CpuIsa::kAvx512, 16 * 2, fma_chains_avx512},
+                           {"avx512_bf16", ampgrad::CpuIsa::kAvx512Bf16, 16 * 4, dpbf16_chains}};
 
 double thread_cpu_seconds() {
   timespec ts{};
@@ -128,13 +131,14 @@ int main(int argc, char** argv) {
     if (arg.rfind("--seconds=", 0) == 0) seconds = std::atof(arg.c_str() + 10);
   }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const ampgrad::CpuFeatures& f = ampgrad::cpu_features();
-  const bool runs[] = {true, f.avx512f, f.avx512f && f.avx512_bf16};
-  if (!runs[1]) std::puts("fma_peak avx512: skipped, this CPU has no avx512f");
-  if (!runs[2]) std::puts("fma_peak avx512_bf16: skipped, this CPU has no avx512f and avx512_bf16");
+  for (const Unit& unit : kUnits) {
+    if (!ampgrad::cpu_supports(unit.level)) {
+      std::printf("fma_peak %s: skipped, %s\n", unit.name, ampgrad::cpu_unsupported_reason(unit.level).c_str());
+    }
+  }
   for (int round = 0; round < 3; ++round) {
     for (int u = 0; u < 3; ++u) {
-      if (!runs[u]) continue;
+      if (!ampgrad::cpu_supports(kUnits[u].level)) continue;
       const Rate one = gflops(1, seconds, kUnits[u]), all = gflops(cores, seconds, kUnits[u]);
       std::printf("fma_peak %s 1 thread %.1f GFLOP/s (%.1f per CPU second), %d threads %.1f GFLOP/s\n",
                   kUnits[u].name, one.wall, one.cpu, cores, all.wall);

@@ -1,8 +1,9 @@
 // CPU GEMM. float, float16 and bfloat16 go through the packed GEMM in linear_gemm_cpu.cc: the
-// 16-bit types follow tensor-core semantics (operands widened while they are packed, FP32
-// accumulation, the result rounded once). float64, which only references and tests use, goes
-// through Eigen. A batch runs its products on the pool, one per task, when there are enough of
-// them; otherwise one after the other, each threaded inside.
+// 16-bit types follow tensor-core semantics (FP16 operands widened to float, BF16 ones too or
+// multiplied as pairs by VDPBF16PS on AVX512_BF16; FP32 accumulation, the result rounded once).
+// float64, which only references and tests use, goes through Eigen. A batch runs its products on
+// the pool, one per task, when there are enough of them; otherwise one after the other, each
+// threaded inside.
 #include <Eigen/Core>
 
 #include "framework/error.h"

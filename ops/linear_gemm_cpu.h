@@ -22,7 +22,9 @@ struct MatrixView {
 };
 
 struct GemmOptions {
-  const MicroKernel* kernel = nullptr;  // null: default_micro_kernel(); tests pass each level's
+  // null: default_micro_kernel(a.dtype) when a and b share their dtype, else the float kernel;
+  // tests pass each level's.
+  const MicroKernel* kernel = nullptr;
 };
 
 /// c = a b (+ bias[n] added to every row), for a [m, k] and b [k, n], accumulated in float. c is

@@ -207,6 +207,8 @@ constexpr MicroKernel kAvx512{"avx512 8x32", Packing::kFloat, 8, 32, 1024, 96, m
 // k blocks of 2048 bfloat16: the same bytes per panel as the float kernel's 1024.
 constexpr MicroKernel kAvx512Bf16{"avx512_bf16 8x32 bf16 pairs", Packing::kBFloat16Pairs, 8, 32, 2048, 96,
                                   micro_kernel_avx512_bf16<8, 2>, direct_avx512_bf16};
+// Every k block but the last must be whole words (the driver starts block p0 at row p0 / 2).
+static_assert(kAvx512Bf16.kc % k_per_word(kAvx512Bf16.packing) == 0, "a pair kernel's k block must be even");
 
 // Whether `isa` (a cap; kNative: none) lets a kernel of `level` run here.
 bool allows(CpuIsa isa, CpuIsa level) {

@@ -107,7 +107,7 @@ TEST_P(GemmTest, MatchesFloat64Reference) {
   uint64_t seed = 10;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " k " << c.k << ", kernel "
-                                      << ag::kernels::cpu::default_micro_kernel().name);
+                                      << ag::kernels::cpu::default_micro_kernel(dtype).name);
     const Result r = run(c, dtype, ta, tb, with_bias, seed += 3);
     EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
   }
