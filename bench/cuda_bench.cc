@@ -280,13 +280,13 @@ int main() {
   std::printf("  %-32s %9.2f ms (fp32/bf16 %.2f, host syncs per step %.2f, peak %.0f MiB)\n", "mlp step in BF16 AMP",
               mlp_bf16.seconds * 1e3, mlp32.seconds / mlp_bf16.seconds, mlp_bf16.syncs_per_step, mlp_bf16.peak_mib);
   std::printf("  %-32s %s\n", "mlp losses, BF16", check_losses(mlp32, mlp_bf16, 4e-2).c_str());
+  const std::array<std::pair<const char*, const StepResult*>, 3> mlp_runs{
+      {{"fp32", &mlp32}, {"fp16 amp", &mlp_amp}, {"bf16 amp", &mlp_bf16}}};
   std::printf("  %-32s %26s\n", "mlp phases, each timed alone", "forward  backward optimizer");
-  for (const auto& [name, r] : {std::pair{"fp32", &mlp32}, {"fp16 amp", &mlp_amp}, {"bf16 amp", &mlp_bf16}}) {
+  for (const auto& [name, r] : mlp_runs) {
     std::printf("    %-30s %6.2f ms %6.2f ms %6.2f ms\n", name, r->phase_ms[0], r->phase_ms[1], r->phase_ms[2]);
   }
-  for (const auto& [name, r] : {std::pair{"fp32", &mlp32}, {"fp16 amp", &mlp_amp}, {"bf16 amp", &mlp_bf16}}) {
-    print_launch_profile(std::string("mlp ") + name, *r);
-  }
+  for (const auto& [name, r] : mlp_runs) print_launch_profile(std::string("mlp ") + name, *r);
 
   // char_gpt's step at the example's size, and at kGptLarge's (nanoGPT's Shakespeare-char model).
   struct GptRow {

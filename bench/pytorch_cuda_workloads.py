@@ -76,9 +76,7 @@ def gpt_step_fn(shape, precision, fused):
     torch.manual_seed(0)
     model = GPT(vocab, block, n_layer, n_head, n_embd).init_as_ampgrad_().cuda()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if fused else {"foreach": True}))
+    opt = model.adamw(**({"fused": True} if fused else {"foreach": True}))
     x = torch.randint(0, vocab, (batch, block), device="cuda")
     y = torch.randint(0, vocab, (batch * block,), device="cuda")
     autocast, scaler = amp_of(precision)

@@ -56,9 +56,7 @@ def make_gpt(name):
     torch.manual_seed(0)
     model = GPT(114, 64, 4, 4, 128).init_as_ampgrad_()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    opt = model.adamw()
     x = torch.randint(0, 114, (16, 64))
     y = torch.randint(0, 114, (16 * 64,))
     dtype = {"gpt_fp16": torch.float16, "gpt_bf16": torch.bfloat16}.get(name)

@@ -52,6 +52,14 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied
 
+    def adamw(self, **kwargs):
+        """examples/char_gpt's optimizer (char_gpt::make_optimizer): AdamW lr 1e-3, betas (0.9, 0.95),
+        eps 1e-8, weight decay 0.1 on the matrices only; kwargs go to torch.optim.AdamW."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                                 lr=1e-3, betas=(0.9, 0.95), eps=1e-8, **kwargs)
+
     def init_as_ampgrad_(self):
         """examples/gpt.cc's (GPT-2's) initialisation instead of PyTorch's defaults: weights and
         embeddings N(0, 0.02), the residual projections (c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases
