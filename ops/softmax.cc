@@ -2,6 +2,8 @@
 //   softmax:     dx = y (dy - sum(dy y))          log_softmax: dx = dy - softmax(x) sum(dy)
 //   cross_entropy (fused): dlogits = (softmax(logits) - q) * dloss_i, q the (smoothed) one-hot
 //   target; mean divides by the number of samples that are not ignore_index.
+#include <limits>
+
 #include "framework/copy.h"
 #include "framework/dispatch.h"
 #include "ops/checks.h"
@@ -87,6 +89,8 @@ struct CrossEntropy {
     if (reduction == Reduction::kSum) return in_dtype(total, input.dtype());
     count = Tensor::empty({}, acc, input.device());
     kernels::sum_to(in_dtype(valid, acc), 1.0, count);
+    // The mean of no samples is NaN, as PyTorch's (a quiet NaN, not the sign-set one 0 / 0 gives on x86).
+    if (n == 0) return full({}, std::numeric_limits<double>::quiet_NaN(), input.dtype(), input.device());
     Tensor mean = Tensor::empty({}, acc, input.device());
     kernels::binary(kernels::BinaryOp::kDiv, total, count, mean);  // all ignored: 0 / 0 = NaN, as PyTorch
     return in_dtype(mean, input.dtype());

@@ -127,17 +127,16 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKin
 
 namespace {
 
-// For a row of C scores (logits or log-probabilities): the log-probability of every class is
-// log_p[c] = scores[c] - lse (lse = 0 for log-probabilities); returns lse.
+// The log-normaliser of a row of C scores (0 and 0 for log-probabilities: already normalised).
 template <typename C>
-C row_log_normalizer(const C* scores, int64_t classes, ClassScores kind) {
-  if (kind == ClassScores::kLogProbs) return C(0);
+LogNormalizer<C> row_log_normalizer(const C* scores, int64_t classes, ClassScores kind) {
+  if (kind == ClassScores::kLogProbs) return {};
   C max = -std::numeric_limits<C>::infinity();
   for (int64_t c = 0; c < classes; ++c) max = std::max(max, scores[c]);
   const C shift = max == -std::numeric_limits<C>::infinity() ? C(0) : max;
   double sum = 0.0;
   for (int64_t c = 0; c < classes; ++c) sum += static_cast<double>(math::exp(scores[c] - shift));
-  return shift + static_cast<C>(std::log(sum));
+  return {.shift = shift, .log_sum = std::log(sum)};
 }
 
 void check_target(int64_t t, int64_t classes, const CrossEntropyArgs& args, int64_t sample) {
@@ -169,11 +168,11 @@ void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropy
           continue;
         }
         gather(in, i * classes, 1, classes, row.data());
-        const C lse = row_log_normalizer(row.data(), classes, args.scores);
-        double loss = (1.0 - eps) * static_cast<double>(lse - row[static_cast<size_t>(tgt[i])]);
+        const LogNormalizer<C> lse = row_log_normalizer(row.data(), classes, args.scores);
+        double loss = -(1.0 - eps) * lse.log_prob_wide(row[static_cast<size_t>(tgt[i])]);
         if (eps > 0) {
           double mean_log_p = 0.0;
-          for (int64_t c = 0; c < classes; ++c) mean_log_p += static_cast<double>(row[static_cast<size_t>(c)] - lse);
+          for (int64_t c = 0; c < classes; ++c) mean_log_p += lse.log_prob_wide(row[static_cast<size_t>(c)]);
           loss -= eps * mean_log_p / static_cast<double>(classes);
         }
         out[i] = convert<T>(loss);
@@ -205,8 +204,10 @@ void cross_entropy_backward(const Tensor& input, const Tensor& target, const Cro
         const C g = load(dl[i]);
         gather(in, i * classes, 1, classes, row.data());
         if (args.scores == ClassScores::kLogits) {
-          const C lse = row_log_normalizer(row.data(), classes, args.scores);
-          for (int64_t c = 0; c < classes; ++c) row[static_cast<size_t>(c)] = math::exp(row[static_cast<size_t>(c)] - lse) - uniform;
+          const LogNormalizer<C> lse = row_log_normalizer(row.data(), classes, args.scores);
+          for (int64_t c = 0; c < classes; ++c) {
+            row[static_cast<size_t>(c)] = math::exp(lse.log_prob(row[static_cast<size_t>(c)])) - uniform;
+          }
         } else {
           std::fill(row.begin(), row.end(), -uniform);
         }

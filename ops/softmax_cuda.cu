@@ -90,11 +90,11 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t 
   }
 }
 
-// One block per sample: the log-normaliser of its row (0 for log-probabilities).
+// One block per sample: the log-normaliser of its row (0 and 0 for log-probabilities).
 template <typename T>
-__device__ Compute<T> row_lse(const T* row, int64_t classes, bool logits) {
+__device__ LogNormalizer<Compute<T>> row_lse(const T* row, int64_t classes, bool logits) {
   using C = Compute<T>;
-  if (!logits) return C(0);
+  if (!logits) return {C(0), 0.0};
   C local_max = -std::numeric_limits<C>::infinity();
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
     const C v = dload(row[c]);
@@ -104,7 +104,7 @@ __device__ Compute<T> row_lse(const T* row, int64_t classes, bool logits) {
   const C shift = max == -std::numeric_limits<C>::infinity() ? C(0) : max;
   double local = 0.0;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) local += static_cast<double>(math::exp(dload(row[c]) - shift));
-  return shift + static_cast<C>(::log(block_sum(local)));
+  return {shift, ::log(block_sum(local))};
 }
 
 // input is (n, classes), target/losses/valid are (n); bad is (2): the first bad sample and value.
@@ -124,14 +124,14 @@ __global__ void cross_entropy_kernel(const T* input, const int64_t* target, int6
     return;
   }
   const T* row = input + i * classes;
-  const C lse = row_lse(row, classes, logits);
+  const LogNormalizer<C> lse = row_lse(row, classes, logits);
   double local = 0.0;
   if (eps > 0) {
-    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) local += static_cast<double>(dload(row[c]) - lse);
+    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) local += lse.log_prob_wide(dload(row[c]));
   }
   const double mean_log_p = block_sum(local) / static_cast<double>(classes);
   if (threadIdx.x == 0) {
-    const double loss = (1.0 - eps) * static_cast<double>(lse - dload(row[t])) - eps * mean_log_p;
+    const double loss = -(1.0 - eps) * lse.log_prob_wide(dload(row[t])) - eps * mean_log_p;
     losses[i] = dconvert<T>(loss);
     valid[i] = dstore<T>(C(1));
   }
@@ -149,11 +149,11 @@ __global__ void cross_entropy_backward_kernel(const T* input, const int64_t* tar
     return;
   }
   const T* row = input + i * classes;
-  const C lse = row_lse(row, classes, logits);
+  const LogNormalizer<C> lse = row_lse(row, classes, logits);
   const C g = dload(dlosses[i]);
   const C uniform = eps / static_cast<C>(classes);
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
-    C d = (logits ? math::exp(dload(row[c]) - lse) : C(0)) - uniform;
+    C d = (logits ? math::exp(lse.log_prob(dload(row[c]))) : C(0)) - uniform;
     if (c == t) d -= C(1) - eps;
     out[c] = dstore<T>(g * d);
   }

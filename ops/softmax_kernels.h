@@ -32,6 +32,21 @@ inline void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, Sof
 /// What the rows of a cross-entropy input hold: logits (cross_entropy) or log-probabilities (nll_loss).
 enum class ClassScores : bool { kLogits, kLogProbs };
 
+/// A row's log-normaliser lse = shift + log_sum (shift the row maximum, log_sum = log sum
+/// exp(x - shift)), kept in two parts so that log_p = (x - shift) - log_sum subtracts the large
+/// shift first: exact near the maximum, where x - lse would round lse to the precision of a large
+/// logit (at an offset of 1e5 a float32 lse is 0.004 off). For log-probabilities both are 0.
+template <typename C>
+struct LogNormalizer {
+  C shift = C(0);
+  double log_sum = 0.0;
+  AG_HOST_DEVICE C log_prob(C x) const { return (x - shift) - static_cast<C>(log_sum); }
+  /// The same in double, for losses: x - shift of two floats is exact there.
+  AG_HOST_DEVICE double log_prob_wide(C x) const {
+    return (static_cast<double>(x) - static_cast<double>(shift)) - log_sum;
+  }
+};
+
 /// A cross-entropy problem: input [N, C], target int64 [N] in [0, C) or ignore_index.
 struct CrossEntropyArgs {
   ClassScores scores = ClassScores::kLogits;

@@ -17,6 +17,8 @@
 #include "ampgrad.h"
 #include "cuda_test_util.h"
 #include "op_cases.h"
+#include "precision_cases.h"
+#include "zero_size_cases.h"
 #include "test_util.h"
 
 #if defined(AMPGRAD_WITH_CUDA)
@@ -66,6 +68,27 @@ TEST_P(CudaOpTest, MatchesReferenceAndCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaOpTest,
                          ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
+                                            ::testing::ValuesIn(ag::kFloatingDTypes)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
+                         });
+
+TEST(CudaTest, CrossEntropyAtLargeLogitOffsetsKeepsFloat32Precision) {
+  SKIP_WITHOUT_CUDA();
+  EXPECT_TRUE(agt::check_cross_entropy_at_large_offsets(ag::Device::kCUDA));
+}
+
+// The zero-size rows (tests/zero_size_cases.cc) on CUDA.
+class CudaZeroSizeTest : public ::testing::TestWithParam<std::tuple<agt::ZeroSizeCase, ag::DType>> {};
+
+TEST_P(CudaZeroSizeTest, GivesPyTorchsShapeAndEmptyOrZeroGradients) {
+  SKIP_WITHOUT_CUDA();
+  const auto& [c, dtype] = GetParam();
+  EXPECT_TRUE(agt::check_zero_size_case(c, dtype, ag::Device::kCUDA));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, CudaZeroSizeTest,
+                         ::testing::Combine(::testing::ValuesIn(agt::zero_size_cases()),
                                             ::testing::ValuesIn(ag::kFloatingDTypes)),
                          [](const auto& info) {
                            return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));

@@ -18,6 +18,7 @@
 #include "nn/linear.h"
 #include "nn/normalization.h"
 #include "ops/ops.h"
+#include "precision_cases.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -56,11 +57,21 @@ TEST(CrossEntropy, ExtremeLogitsStayFinite) {
   EXPECT_EQ(ag::ops::softmax(big, -1).to_vector(), (std::vector<float>{1, 0}));
 }
 
+// The loss and gradient at logit offsets up to 1e6 within float32 rounding of float64 (the CUDA
+// kernel is checked the same way in cuda_test.cc).
+TEST(CrossEntropy, LargeLogitOffsetsKeepFloat32Precision) {
+  EXPECT_TRUE(ag::test::check_cross_entropy_at_large_offsets(ag::Device::kCPU));
+}
+
 TEST(CrossEntropy, IgnoredSamplesAndMeans) {
   Tensor logits = ag::randn({4, 3});
   logits.set_requires_grad(true);
   const Tensor all_ignored = ag::ops::cross_entropy(logits, ids({-100, -100, -100, -100}, {4}));
   EXPECT_TRUE(std::isnan(all_ignored.item()));  // 0 / 0, as PyTorch
+  // No samples at all: PyTorch's nan, not the sign-set NaN that 0 / 0 leaves on x86 ("-nan").
+  const float none = ag::ops::cross_entropy(ag::zeros({0, 3}), ids({}, {0})).item();
+  EXPECT_TRUE(std::isnan(none));
+  EXPECT_FALSE(std::signbit(none));
   const Tensor loss = ag::ops::cross_entropy(logits, ids({0, 7, 1, 7}, {4}), {.ignore_index = 7});
   loss.backward();
   const std::vector<float> g = logits.grad().to_vector();

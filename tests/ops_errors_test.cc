@@ -15,6 +15,7 @@
 #include "framework/tensor.h"
 #include "ops/ops.h"
 #include "test_util.h"
+#include "zero_size_cases.h"
 
 namespace ag = ampgrad;
 using ag::DType;
@@ -120,5 +121,21 @@ TEST(OpsEdgeCases, ZeroSizeTensors) {
     EXPECT_EQ(row.grad().to_vector(), std::vector<float>(4, 0.0f));
   }
 }
+
+// Every zero-size row (tests/zero_size_cases.cc) in every floating dtype on the CPU; cuda_test.cc
+// runs the same rows on CUDA.
+class ZeroSizeTest : public ::testing::TestWithParam<std::tuple<ag::test::ZeroSizeCase, DType>> {};
+
+TEST_P(ZeroSizeTest, GivesPyTorchsShapeAndEmptyOrZeroGradients) {
+  const auto& [c, dtype] = GetParam();
+  EXPECT_TRUE(ag::test::check_zero_size_case(c, dtype, ag::Device::kCPU));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, ZeroSizeTest,
+                         ::testing::Combine(::testing::ValuesIn(ag::test::zero_size_cases()),
+                                            ::testing::ValuesIn(ag::kFloatingDTypes)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
+                         });
 
 }  // namespace
