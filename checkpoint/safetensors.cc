@@ -190,7 +190,11 @@ NamedTensors parse_safetensors(const std::string& bytes, const std::string& sour
     }
     const uint64_t bits = native ? element_size(*native) * 8 : static_cast<uint64_t>(foreign_bits);
     const json& shape_json = entry["shape"];
-    if (!shape_json.is_array() || shape_json.size() > 8) fail(where + "shape must be an array of at most 8 dimensions");
+    if (!shape_json.is_array()) fail(where + "shape must be an array of dimensions");
+    if (shape_json.size() > static_cast<size_t>(kMaxDims)) {
+      fail(where + "shape " + shape_json.dump() + " has more than the " + std::to_string(kMaxDims) +
+           " dimensions an ampgrad tensor may have");
+    }
     Shape shape;
     uint64_t numel = 1;
     // A bound that keeps numel * bits from overflowing (every element takes at least 4 bits); the
@@ -199,6 +203,9 @@ NamedTensors parse_safetensors(const std::string& bytes, const std::string& sour
     for (const json& d : shape_json) {
       if (!d.is_number_unsigned()) fail(where + "shape has a non-integer or negative dimension " + d.dump());
       const uint64_t dim = d.get<uint64_t>();
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        fail(where + "shape " + shape_json.dump() + " has a dimension of 2^63 or more, beyond a tensor's int64 sizes");
+      }
       if (dim != 0 && numel > max_numel / dim) fail(where + "shape " + shape_json.dump() + " needs more bytes than the file holds");
       numel *= dim;
       shape.push_back(static_cast<int64_t>(dim));

@@ -28,6 +28,8 @@ Storage::~Storage() { allocator->deallocate(data, nbytes); }
 TensorImpl::~TensorImpl() { release_node(grad_fn); }
 
 int64_t shape_numel(const Shape& shape) {
+  AG_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), "shape ", shape_to_string(shape), " has ", shape.size(),
+           " dimensions, more than the ", kMaxDims, " a tensor may have; hint: merge dimensions with reshape");
   bool empty = false;
   for (int64_t d : shape) {
     AG_CHECK(d >= 0, "shape ", shape_to_string(shape), " has a negative dimension");

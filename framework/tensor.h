@@ -128,7 +128,13 @@ extern template float Tensor::item<float>() const;
 extern template double Tensor::item<double>() const;
 extern template int64_t Tensor::item<int64_t>() const;
 
-/// Number of elements of a shape; throws when a dimension is negative or the count overflows.
+/// The most dimensions a tensor may have (PyTorch's CUDA kernels stop at 25 too). Every shape a
+/// tensor takes is checked against it, and every kernel iterates any such shape, so no op (and no
+/// checkpoint file ampgrad writes or reads) meets a rank it cannot handle.
+inline constexpr int kMaxDims = 25;
+
+/// Number of elements of a shape; throws when a dimension is negative, the count overflows or the
+/// shape has more than kMaxDims dimensions.
 int64_t shape_numel(const Shape& shape);
 std::string shape_to_string(const Shape& shape);  // "[2, 3]"
 

@@ -132,8 +132,10 @@ struct Narrow {
   void check(const Tensor& x) const {
     AG_CHECK(x.defined(), kInfo.name, ": input is undefined");
     const int64_t size = x.size(dim);
-    AG_CHECK(start >= 0 && length >= 0 && start + length <= size, kInfo.name, ": [", start, ", ", start + length,
-             ") is outside dimension ", dim, " (size ", size, ") of ", x.to_string());
+    // Written so that nothing overflows, whatever start and length are (start + length may not fit).
+    AG_CHECK(start >= 0 && start <= size && length >= 0 && length <= size - start, kInfo.name, ": start ", start,
+             " and length ", length, " do not fit dimension ", dim, " (size ", size, ") of ", x.to_string(),
+             "; hint: need 0 <= length <= size - start, with -size <= start <= size (negative counts from the end)");
   }
 
   Tensor forward(SavedTensors&, const Tensor& x) {
@@ -266,6 +268,9 @@ Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   AG_CHECK(x.defined(), "narrow: input is undefined");
   const int64_t d = normalize_dim("narrow", dim, x.dim());
+  // A negative start counts from the end, as in PyTorch; one before -size is refused by the check.
+  const int64_t size = x.size(d);
+  if (start < 0 && start >= -size) start += size;
   return dispatch(Narrow{.dim = d, .start = start, .length = length, .in_shape = {}}, x);
 }
 
@@ -285,7 +290,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   AG_CHECK(x.defined(), "chunk: input is undefined");
   AG_CHECK(chunks > 0, "chunk: the number of chunks must be positive, got ", chunks);
   const int64_t n = x.size(normalize_dim("chunk", dim, x.dim()));
-  return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+  return split(x, std::max<int64_t>(1, n == 0 ? 0 : 1 + (n - 1) / chunks), dim);  // ceil(n / chunks), no overflow
 }
 
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim) {

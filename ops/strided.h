@@ -16,9 +16,9 @@
 
 namespace ampgrad::kernels {
 
-/// Dimensions an iteration plan keeps after coalescing. Real models need 4 or 5 (a permute of a
-/// [B, H, T, D] tensor keeps 4); more than this is refused with an error naming the shapes.
-inline constexpr int kMaxPlanDims = 8;
+/// Dimensions an iteration plan can keep: as many as a tensor can have, so that every shape
+/// iterates, even one whose dimensions do not merge (a permute of a [B, H, T, D] tensor keeps 4).
+inline constexpr int kMaxPlanDims = kMaxDims;
 
 /// N operands walked together over `sizes`: element (i0, .., ik) of operand n is at
 /// offset[n] + sum_d i_d * strides[n][d]. Dimension rank - 1 is the innermost (fastest) one.
@@ -53,7 +53,7 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
 Shape broadcast_strides(const Shape& shape, const Shape& target);
 
 /// A plan over `sizes` from each operand's strides and offset, coalesced. Strides may be 0
-/// (broadcast) or any permutation. Throws if more than kMaxPlanDims dimensions remain.
+/// (broadcast) or any permutation. Throws if sizes has more than kMaxPlanDims dimensions.
 template <int N>
 StridedPlan<N> make_plan(const Shape& sizes, const std::array<Shape, N>& strides,
                          const std::array<int64_t, N>& offsets = {}) {
@@ -78,8 +78,8 @@ StridedPlan<N> make_plan(const Shape& sizes, const std::array<Shape, N>& strides
         continue;
       }
     }
-    AG_CHECK(kept < kMaxPlanDims, "a strided iteration over ", shape_to_string(sizes), " needs more than ",
-             kMaxPlanDims, " dimensions after merging contiguous ones; hint: reshape to fewer dimensions");
+    AG_CHECK(kept < kMaxPlanDims, "a strided iteration over ", shape_to_string(sizes), " has more than the ",
+             kMaxPlanDims, " dimensions a tensor may have");
     kept_sizes[kept] = size;
     for (int n = 0; n < N; ++n) kept_strides[n][kept] = strides[n][static_cast<size_t>(d)];
     ++kept;

@@ -40,6 +40,19 @@ void append_tensor_cases(std::vector<OpCase>& cases) {
   add("expand", {{3, 1}}, [](In t) { return ops::expand(t[0], {2, -1, 4}); },
       [](Refs v) { return broadcast_ref(v[0], {3, 1}, Values(24, 0.0), {2, 3, 4}, [](double a, double) { return a; }); });
 
+  // More dimensions than merge: every kernel walks them all (9 and 10 here; a tensor may have 25).
+  const Shape nine(9, 2);
+  const std::vector<int64_t> reversed{8, 7, 6, 5, 4, 3, 2, 1, 0};
+  add("permute_9d_reversed", {nine}, [reversed](In t) { return ops::permute(t[0], reversed); },
+      [nine, reversed](Refs v) { return permute_ref(v[0], nine, reversed); });
+  const Shape odd{2, 1, 2, 1, 2, 1, 2, 1, 2, 1}, even{1, 2, 1, 2, 1, 2, 1, 2, 1, 2};
+  add("mul_broadcast_10d", {odd, even}, [](In t) { return t[0] * t[1]; },
+      [odd, even](Refs v) { return broadcast_ref(v[0], odd, v[1], even, [](double a, double b) { return a * b; }); },
+      {.k = 32, .magnitude = 4});  // each operand's gradient sums 32 products
+  const std::vector<int64_t> alternate{0, 2, 4, 6, 8};
+  add("sum_alternate_dims_9d", {nine}, [alternate](In t) { return ops::sum(t[0], alternate); },
+      [nine, alternate](Refs v) { return sum_dims_ref(v[0], nine, alternate); }, {.k = 32, .magnitude = 2});
+
   // Reductions along dimensions (sums accumulate in double: k terms of size ~2).
   add("sum_dims", {{2, 3, 4}}, [](In t) { return ops::sum(t[0], {0, 2}); },
       [](Refs v) { return sum_dims_ref(v[0], {2, 3, 4}, {0, 2}); }, {.k = 8, .magnitude = 2});

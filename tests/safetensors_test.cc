@@ -96,6 +96,26 @@ TEST_F(SafetensorsTest, RoundTripKeepsNamesDtypesShapesValuesAndMetadata) {
   }
 }
 
+// Whatever rank a tensor may have, a file ampgrad writes reads back (PyTorch loads such files too).
+TEST_F(SafetensorsTest, TensorsOfEveryRankRoundTrip) {
+  ck::NamedTensors saved;
+  saved.tensors.emplace_back("nine", ag::randn(ag::Shape(9, 2)));
+  ag::Shape most(ag::kMaxDims, 1);
+  most[3] = 2;
+  saved.tensors.emplace_back("most", ag::randn(most, ag::DType::kBFloat16));
+  ck::save_safetensors(path("ranks.safetensors"), saved);
+  const ck::NamedTensors loaded = ck::load_safetensors(path("ranks.safetensors"));
+  ASSERT_EQ(loaded.tensors.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const ag::Tensor& want = saved.tensors[i].second;
+    auto it = std::find_if(loaded.tensors.begin(), loaded.tensors.end(),
+                           [&](const auto& e) { return e.first == saved.tensors[i].first; });
+    ASSERT_NE(it, loaded.tensors.end());
+    EXPECT_EQ(it->second.shape(), want.shape());
+    EXPECT_EQ(it->second.to_double_vector(), want.to_double_vector());
+  }
+}
+
 TEST_F(SafetensorsTest, ByteLayoutFollowsTheFormat) {
   ck::NamedTensors c;
   c.tensors.emplace_back("x", ag::Tensor::from_vector(std::vector<float>{1.0f, -2.0f}, {2}));
@@ -247,6 +267,15 @@ TEST_F(SafetensorsTest, BadFilesGiveClearErrors) {
   expect_load_error(
       file_with_header(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", data),
       "more bytes than the file holds");
+  expect_load_error(
+      file_with_header(R"({"t":{"dtype":"F32","shape":[0,9223372036854775808],"data_offsets":[0,0]}})", ""),
+      "2^63 or more");
+  std::string ones_26 = "[1";  // one dimension more than a tensor may have
+  for (int i = 1; i < ag::kMaxDims + 1; ++i) ones_26 += ",1";
+  ones_26 += "]";
+  expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":)" + ones_26 + R"(,"data_offsets":[0,4]}})",
+                                     std::string(4, '\0')),
+                    "more than the 25 dimensions");
   expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[2]}})", data), "data_offsets");
   expect_load_error(file_with_header(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", data), "no tensor uses");
   expect_load_error(file_with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"

@@ -3,6 +3,8 @@
 // argmax, and memory that stays flat over a long loop of shape ops on tensors that require grad.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -126,7 +128,7 @@ TEST(ShapeOps, ErrorsNameTheOpAndShapes) {
   EXPECT_ERROR([&] { (void)ag::ops::permute(x, {0, 1}); }, "permute", "permutation", "[0, 1]");
   EXPECT_ERROR([&] { (void)ag::ops::permute(x, {0, 1, 1}); }, "permute", "[0, 1, 1]");
   EXPECT_ERROR([&] { (void)ag::ops::transpose(x, 0, 3); }, "transpose", "dimension 3", "rank 3");
-  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 1, 2, 2); }, "narrow", "[2, 4)", "size 3");
+  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 1, 2, 2); }, "narrow", "start 2", "length 2", "size 3");
   EXPECT_ERROR([&] { (void)ag::ops::cat({x, ag::randn({2, 4, 4})}, 0); }, "cat", "outside dimension 0");
   EXPECT_EQ(ag::ops::cat({x, ag::randn({2, 3, 4}, DType::kFloat64)}, 0).dtype(), DType::kFloat64);  // promotes
   EXPECT_ERROR([] { (void)ag::ops::cat({}, 0); }, "cat", "at least one");
@@ -135,6 +137,68 @@ TEST(ShapeOps, ErrorsNameTheOpAndShapes) {
   EXPECT_ERROR([&] { (void)ag::ops::sum(x, {1, -2}); }, "sum", "listed twice");
   EXPECT_ERROR([&] { (void)ag::ops::mean(x, {3}); }, "mean", "dimension 3", "out of range");
   EXPECT_ERROR([&] { (void)ag::ops::max(x, -4); }, "max", "-4");
+}
+
+// narrow's bounds, checked without overflow for any int64 start and length; a negative start
+// counts from the end (PyTorch's narrow).
+TEST(ShapeOps, NarrowBoundsNeverOverflowAndNegativeStartCountsFromTheEnd) {
+  const Tensor x = Tensor::from_vector(std::vector<float>{0, 1, 2, 3}, {4});
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, 2, kMax); }, "narrow", "start 2", "size 4");
+  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, kMax, 1); }, "narrow", "size 4");
+  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, kMin, 1); }, "narrow", "size 4");
+  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, 1, kMin); }, "narrow", "size 4");
+  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, -5, 1); }, "narrow", "start -5");
+  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, -1, 2); }, "narrow", "start 3", "length 2");
+  EXPECT_EQ(ag::ops::narrow(x, 0, -3, 2).to_vector(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(ag::ops::narrow(x, 0, -4, 4).to_vector(), (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(ag::ops::narrow(x, -1, -1, 1).to_vector(), (std::vector<float>{3}));
+  EXPECT_EQ(ag::ops::narrow(x, 0, 4, 0).numel(), 0);  // an empty slice at the end, as PyTorch allows
+  EXPECT_EQ(ag::ops::chunk(x, kMax, 0).size(), 4u);  // ceil(4 / 2^63-1) = 1 row each
+}
+
+// A tensor may have kMaxDims (25) dimensions, and every op iterates them even where none merge;
+// one more is refused where the shape is made, so nothing can be created (or saved) that cannot
+// be used (or loaded).
+TEST(ShapeOps, TheMostDimensionsWorkEverywhereAndOneMoreIsRefusedAtCreation) {
+  EXPECT_ERROR([] { (void)ag::zeros(Shape(ag::kMaxDims + 1, 1)); }, "26 dimensions", "25");
+  const Tensor most = ag::zeros(Shape(ag::kMaxDims, 1));
+  EXPECT_ERROR([&] { (void)ag::ops::unsqueeze(most, 0); }, "26 dimensions");
+  EXPECT_ERROR([&] { (void)ag::ops::reshape(most, Shape(ag::kMaxDims + 1, 1)); }, "26 dimensions");
+
+  // 13 dimensions of 2, reversed: element j of the result is element bit-reverse(j) of x.
+  constexpr int kBits = 13;
+  std::vector<float> values(1 << kBits);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  Shape twos(kBits, 2);
+  twos.resize(ag::kMaxDims, 1);
+  const Tensor x = Tensor::from_vector(values, twos);
+  std::vector<int64_t> reversed(ag::kMaxDims);
+  std::iota(reversed.begin(), reversed.end(), 0);
+  std::reverse(reversed.begin(), reversed.begin() + kBits);
+  const std::vector<float> permuted = ag::ops::permute(x, reversed).to_vector();
+  for (uint32_t j = 0; j < values.size(); ++j) {
+    uint32_t r = 0;
+    for (int b = 0; b < kBits; ++b) r |= ((j >> b) & 1u) << (kBits - 1 - b);
+    ASSERT_EQ(permuted[j], static_cast<float>(r)) << j;
+  }
+
+  // 16 alternating broadcast dimensions (8 of a, 8 of b, none merge), then sums over every other one.
+  Shape sa(ag::kMaxDims, 1), sb(ag::kMaxDims, 1);
+  for (int d = 0; d < 16; ++d) (d % 2 == 0 ? sa : sb)[static_cast<size_t>(d)] = 2;
+  Tensor a = Tensor::from_vector(std::vector<float>(values.begin(), values.begin() + 256), sa);
+  Tensor b = ag::full(sb, 2.0);
+  a.set_requires_grad(true);
+  const Tensor prod = a * b;
+  EXPECT_EQ(prod.numel(), 1 << 16);
+  std::vector<int64_t> odd;
+  for (int d = 1; d < 16; d += 2) odd.push_back(d);
+  const Tensor back = ag::ops::sum(prod, odd, /*keepdim=*/true);  // 2 * 256 copies summed: a * 512
+  EXPECT_EQ(back.shape(), sa);
+  const std::vector<float> got = back.to_vector();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], values[i] * 512.0f) << i;
+  ag::ops::sum(prod).backward();
+  EXPECT_EQ(a.grad().to_vector(), std::vector<float>(256, 512.0f));
 }
 
 TEST(ShapeOps, SplitChunkAndCatOfMany) {
