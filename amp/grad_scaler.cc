@@ -9,6 +9,7 @@
 #include "amp/found_inf_sync.h"
 #include "amp/unscale.h"
 #include "framework/error.h"
+#include "framework/tensor_impl.h"
 #include "ops/ops.h"
 
 namespace ampgrad::amp {
@@ -98,6 +99,18 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   it.stage = Stage::kUnscaled;
   it.found_inf = found_inf;
   it.grads_checked = grads.size();
+  it.grad_passes.clear();
+  for (const Tensor& p : opt.parameters()) it.grad_passes.push_back(p.impl()->grad_pass);
+}
+
+void GradScaler::check_no_gradients_since_unscale(const optim::Optimizer& opt, const Iteration& it) const {
+  const std::vector<Tensor>& params = opt.parameters();
+  for (size_t i = 0; i < params.size() && i < it.grad_passes.size(); ++i) {
+    AG_CHECK(params[i].impl()->grad_pass == it.grad_passes[i], "GradScaler::step: a backward pass wrote the ",
+             "gradient of parameter ", parameter_name(params[i], i), " ", params[i].to_string(), " after unscale_() ",
+             "on this optimizer, so its gradients are part scaled, part unscaled; hint: run every backward of the ",
+             "iteration (gradient accumulation included) before unscale_(), or call unscale_ only through step()");
+  }
 }
 
 bool GradScaler::step(optim::Optimizer& opt) {
@@ -109,7 +122,11 @@ bool GradScaler::step(optim::Optimizer& opt) {
            "hint: scaler.scale(loss).backward() comes first");
   AG_CHECK(iterations_[&opt].stage != Stage::kStepped, "GradScaler::step: step() was already called on this ",
            "optimizer since the last update(); hint: call scaler.update() once per iteration");
-  if (iterations_[&opt].stage == Stage::kReady) unscale_(opt);
+  if (iterations_[&opt].stage == Stage::kReady) {
+    unscale_(opt);
+  } else {
+    check_no_gradients_since_unscale(opt, iterations_[&opt]);
+  }
   Iteration& it = iterations_[&opt];
   // Nothing was checked, so nothing says the step is clean: counting it would grow the scale.
   AG_CHECK(it.grads_checked > 0, "GradScaler::step: no inf/NaN check was recorded for this optimizer: none of its ",

@@ -46,7 +46,9 @@ struct GradScalerState {
 /// otherwise the tracker counts clean steps and at growth_interval the scale *= growth. The scale
 /// stays a normal float32 (scale() multiplies in float32): growth that would pass float's max is
 /// not applied, and a backoff below 2^-126 stops there.
-/// Per optimizer and iteration: READY -unscale_-> UNSCALED -step-> STEPPED; misuse throws.
+/// Per optimizer and iteration: READY -unscale_-> UNSCALED -step-> STEPPED; misuse throws, and so
+/// does a backward that reaches opt's parameters while it is UNSCALED (its new, scaled gradients
+/// would be stepped on unscaled, or dropped: unscale_ belongs after the iteration's last backward).
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});
@@ -130,7 +132,12 @@ class GradScaler {
     Stage stage = Stage::kReady;
     bool found_inf = false;
     size_t grads_checked = 0;  // gradients unscale_ checked: none means nothing to step on
+    // Each parameter's latest backward pass (TensorImpl::grad_pass) when unscale_ ran: a pass that
+    // writes a gradient after it would mix scaled and unscaled values, so step() refuses it.
+    std::vector<uint64_t> grad_passes;
   };
+  /// Throws if a backward pass wrote a gradient of opt's since unscale_(opt).
+  void check_no_gradients_since_unscale(const optim::Optimizer& opt, const Iteration& it) const;
   static void validate(const GradScalerOptions& options);
   void set_scale(double scale);
   void start_next_iteration();

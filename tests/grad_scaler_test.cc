@@ -179,6 +179,43 @@ TEST(GradScalerStateMachine, MisuseThrowsClearErrors) {
   EXPECT_TRUE(toy.iterate(scaler, 1.0f));
 }
 
+// A backward between unscale_ and step adds scaled gradients to unscaled ones (FP32 parameters) or
+// is dropped (FP16 ones, whose master already holds the unscaled gradient): step() refuses both,
+// stepping nothing. Work on gradients that is not a backward (clipping) stays allowed.
+TEST(GradScalerStateMachine, BackwardBetweenUnscaleAndStepThrows) {
+  Tensor p32 = parameter({1, 2});
+  Tensor p16 = Tensor::from_vector(std::vector<float>{3, 4}, {2}, ag::DType::kFloat16);
+  p16.set_requires_grad(true);
+  ag::optim::SGD opt({p32, p16}, {.lr = 0.5});
+  const auto loss = [&] { return ag::ops::sum(p32) + ag::ops::sum(p16.to(ag::DType::kFloat32)); };
+  GradScaler scaler({.init_scale = 4});
+  scaler.scale(loss()).backward();
+  scaler.unscale_(opt);
+  scaler.scale(loss()).backward();
+  EXPECT_ERROR([&] { scaler.step(opt); }, "GradScaler::step", "after unscale_()", "param0", "hint");
+  EXPECT_EQ(p32.to_vector(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(p16.to_vector(), (std::vector<float>{3, 4}));
+
+  // Only the FP16 parameter gets a new gradient: caught as well.
+  GradScaler second({.init_scale = 4});
+  opt.zero_grad();
+  second.scale(loss()).backward();
+  second.unscale_(opt);
+  second.scale(ag::ops::sum(p16.to(ag::DType::kFloat32))).backward();
+  EXPECT_ERROR([&] { second.step(opt); }, "after unscale_()", "param1");
+
+  // Accumulating before unscale_, and clipping after it, are the intended use: they step.
+  GradScaler third({.init_scale = 4});
+  opt.zero_grad();
+  third.scale(loss()).backward();
+  third.scale(loss()).backward();
+  third.unscale_(opt);
+  ag::nn::utils::clip_grad_norm_(opt.parameters(), 1e9);
+  EXPECT_TRUE(third.step(opt));
+  EXPECT_EQ(p32.to_vector(), (std::vector<float>{0, 1}));  // gradient 2 (two backwards), lr 0.5
+  EXPECT_EQ(p16.to_vector(), (std::vector<float>{2, 3}));
+}
+
 TEST(GradScalerStateMachine, EachOptimizerHasItsOwnStateAndAnyInfBacksOff) {
   Tensor a = parameter({1}), b = parameter({1});
   ag::optim::SGD opt_a({a}, {.lr = 1.0}), opt_b({b}, {.lr = 1.0});
