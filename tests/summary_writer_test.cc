@@ -2,10 +2,13 @@
 // reader, the write queue, add_scalars' subfolders, histograms from spans and tensors, errors.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -100,6 +103,38 @@ TEST_F(SummaryWriterTest, FlushSecsZeroWritesEveryEvent) {
   SummaryWriter writer(dir_.string(), {.flush_secs = 0});
   writer.add_scalar("x", 1, 1);
   EXPECT_EQ(read_events(writer.file_path()).size(), 2u);
+}
+
+// A scalar logged once reaches the file within flush_secs, with no further call: the background
+// flush (PyTorch's writer thread). The bound is generous for a loaded machine; the flush is not.
+TEST_F(SummaryWriterTest, FlushSecsWritesPendingEventsWithoutAnotherCall) {
+  SummaryWriter writer(dir_.string(), {.max_queue = 1000, .flush_secs = 0.05});
+  writer.add_scalar("x", 1, 1);
+  const auto start = std::chrono::steady_clock::now();
+  while (read_events(writer.file_path()).size() < 2u && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::vector<Event> events = read_events(writer.file_path());
+  ASSERT_EQ(events.size(), 2u);
+  ASSERT_EQ(events[1].values.size(), 1u);
+  EXPECT_EQ(events[1].values[0].simple_value.value_or(-1.0f), 1.0f);
+  writer.add_scalar("x", 2, 2);
+  writer.close();  // stops the thread at once and writes the rest
+  EXPECT_EQ(read_events(writer.file_path()).size(), 3u);
+}
+
+// Without the period passing, the queue holds (a long flush_secs never fires during the test).
+TEST_F(SummaryWriterTest, LongFlushSecsKeepsEventsQueuedAndDestructionWritesThem) {
+  std::string path;
+  auto writer = std::make_unique<SummaryWriter>(dir_.string(), SummaryWriterOptions{.max_queue = 1000, .flush_secs = 3600});
+  path = writer->file_path();
+  writer->add_scalar("x", 1, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(read_events(path).size(), 1u);
+  const auto start = std::chrono::steady_clock::now();
+  writer.reset();  // the destructor ends the hour-long wait at once
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  EXPECT_EQ(read_events(path).size(), 2u);
 }
 
 TEST_F(SummaryWriterTest, TwoWritersInOneFolderGetTwoFiles) {

@@ -60,11 +60,10 @@ std::string default_log_dir(const std::string& comment) {
 
 EventFileWriter::EventFileWriter(std::string path, int max_queue, double flush_secs)
     : path_(std::move(path)), max_queue_(max_queue), flush_secs_(flush_secs) {
-  AG_CHECK(max_queue >= 1 && flush_secs >= 0, "EventFileWriter(", path_, "): max_queue must be >= 1 and flush_secs ",
-           ">= 0, got max_queue ", max_queue, ", flush_secs ", flush_secs);
+  AG_CHECK(max_queue >= 1 && flush_secs >= 0 && flush_secs < 1e9, "EventFileWriter(", path_,
+           "): max_queue must be >= 1 and flush_secs in [0, 1e9), got max_queue ", max_queue, ", flush_secs ", flush_secs);
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   AG_CHECK(fd_ >= 0, "SummaryWriter: cannot create the event file ", path_, ": ", std::strerror(errno));
-  last_write_ = unix_time_now();
   // As PyTorch does: the version event first, written at once, so an empty run still has a valid file.
   try {
     add_event({.wall_time = unix_time_now(), .step = 0, .file_version = "brain.Event:2", .values = {}});
@@ -74,6 +73,7 @@ EventFileWriter::EventFileWriter(std::string path, int max_queue, double flush_s
     fd_ = -1;
     throw;
   }
+  if (flush_secs_ > 0) flusher_ = std::thread([this] { flush_periodically(); });
 }
 
 EventFileWriter::~EventFileWriter() {
@@ -84,21 +84,48 @@ EventFileWriter::~EventFileWriter() {
   }
 }
 
+void EventFileWriter::flush_periodically() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const auto period = std::chrono::duration<double>(flush_secs_);
+  while (!wake_.wait_for(lock, period, [this] { return stopping_; })) {
+    if (pending_events_ == 0 || !deferred_error_.empty()) continue;
+    try {
+      flush_locked();
+    } catch (const std::exception& e) {
+      deferred_error_ = e.what();
+    }
+  }
+}
+
+void EventFileWriter::throw_deferred_locked() {
+  if (deferred_error_.empty()) return;
+  const std::string error = std::move(deferred_error_);
+  deferred_error_.clear();
+  AG_FAIL(error, " (in the background flush)");
+}
+
 void EventFileWriter::add_event(const Event& event) {
+  std::lock_guard<std::mutex> lock(mutex_);
   AG_CHECK(fd_ >= 0, "SummaryWriter: ", path_, " is closed; hint: no add_* call after close()");
+  throw_deferred_locked();
   pending_ += tfrecord_frame(encode_event(event));
   ++pending_events_;
-  if (pending_events_ >= max_queue_ || unix_time_now() - last_write_ >= flush_secs_) flush();
+  if (pending_events_ >= max_queue_ || flush_secs_ == 0) flush_locked();
 }
 
 void EventFileWriter::flush() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  throw_deferred_locked();
+  flush_locked();
+}
+
+void EventFileWriter::flush_locked() {
   if (fd_ < 0) return;
   // Dropped even if the write fails, so no record is written twice. A write that fails part-way
   // leaves a truncated record, which readers (and read_events) report at that offset.
   const std::string bytes = std::move(pending_);
   pending_.clear();
   pending_events_ = 0;
-  last_write_ = unix_time_now();
   const char* p = bytes.data();
   size_t n = bytes.size();
   while (n > 0) {
@@ -111,9 +138,17 @@ void EventFileWriter::flush() {
 }
 
 void EventFileWriter::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
   if (fd_ < 0) return;
   try {
-    flush();
+    throw_deferred_locked();
+    flush_locked();
   } catch (...) {
     ::close(fd_);
     fd_ = -1;

@@ -3,12 +3,15 @@
 //   writer.add_scalar("loss", loss.item(), step);  writer.add_histogram("grad/w", w.grad(), step);
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "framework/tensor.h"
 #include "utils/event.h"
@@ -20,14 +23,16 @@ namespace ampgrad::utils {
 struct SummaryWriterOptions {
   std::string comment{};          // appended to the default folder name (unused when a folder is given)
   int max_queue = 10;             // events held in memory before they are written out
-  double flush_secs = 120;        // pending events are written when an event arrives this long after the last write
+  double flush_secs = 120;        // pending events reach the file within this many seconds (0: at once)
   std::string filename_suffix{};  // appended to the event file's name
 };
 
 /// One event file at exactly `path` (created or truncated): the file_version event, then the events
-/// given, TFRecord-framed. There is no background thread: pending events are written when max_queue
-/// are waiting, when one arrives flush_secs after the last write, and on flush(), close() and
-/// destruction. Write failures (unwritable folder, full disk) throw ampgrad::Error naming the path.
+/// given, TFRecord-framed. Pending events are written when max_queue are waiting, on flush(),
+/// close() and destruction, and (as PyTorch's writer does) by a background thread every flush_secs
+/// (with flush_secs 0, at once, and no thread). Write failures (unwritable folder, full disk) throw
+/// ampgrad::Error naming the path; one the background thread meets is thrown by the next call.
+/// The calls are safe from several threads.
 class EventFileWriter {
  public:
   EventFileWriter(std::string path, int max_queue = 10, double flush_secs = 120);
@@ -37,17 +42,25 @@ class EventFileWriter {
 
   void add_event(const Event& event);
   void flush();
-  void close();  // flushes and closes; later add_event calls throw; a second close() does nothing
+  void close();  // stops the thread, flushes and closes; later add_event calls throw; a second close() does nothing
   const std::string& path() const { return path_; }
 
  private:
+  void flush_locked();           // mutex_ held
+  void throw_deferred_locked();  // rethrows the background thread's write failure, once
+  void flush_periodically();     // the background thread
+
   std::string path_;
   int fd_ = -1;
   int max_queue_;
   double flush_secs_;
   std::string pending_;  // framed records not yet written
   int pending_events_ = 0;
-  double last_write_ = 0;
+  std::mutex mutex_;  // guards everything above and below
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::string deferred_error_;
+  std::thread flusher_;  // started last, joined first
 };
 
 /// Writes scalars and histograms for TensorBoard into one new event file per writer, named
