@@ -104,7 +104,7 @@ MpiRuntime& MpiRuntime::get(double timeout_seconds) {
   if (!ready && runtime->broken_.empty()) {
     runtime->broken_ = ::ampgrad::detail::str_cat(
         "MPI_Init_thread did not finish within ", timeout_seconds, " s; hint: start every rank with mpirun, and ",
-        "check that the machines can reach each other");
+        "check that the machines can reach each other; AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT (seconds) sets this deadline");
   }
   AG_CHECK(runtime->broken_.empty(), "ampgrad.distributed: MPI is not usable in this process: ", runtime->broken_);
   return *runtime;
@@ -230,7 +230,8 @@ void MpiRuntime::progress(std::vector<std::shared_ptr<MpiWork>>& active) {
         AG_FAIL("ampgrad.distributed: ", work->what_, " did not complete within ", work->timeout_seconds_,
                 " s: another rank failed, exited, or is not calling the same collectives in the same order; this ",
                 "process group can no longer be used; hint: look at the other ranks' output for the first error; ",
-                "AMPGRAD_DISTRIBUTED_TIMEOUT (seconds) sets the timeout");
+                "AMPGRAD_DISTRIBUTED_TIMEOUT (collectives) and AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT (start-up and ",
+                "group setup) set the timeouts, in seconds");
       }
     }
   } catch (const Error& e) {

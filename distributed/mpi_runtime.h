@@ -69,7 +69,8 @@ class MpiWork final : public Work {
 /// stuck inside MPI at exit cannot touch freed memory.
 class MpiRuntime {
  public:
-  /// Starts MPI on first use, waiting at most timeout_seconds for MPI_Init_thread. Throws when
+  /// Starts MPI on first use, waiting at most timeout_seconds (the start-up timeout) for
+  /// MPI_Init_thread. Throws when
   /// MPI cannot start, or the runtime broke earlier (a missed deadline, an MPI error).
   static MpiRuntime& get(double timeout_seconds);
 

@@ -1,4 +1,4 @@
-// Names and the timeout default.
+// Names and the timeout defaults.
 #include "distributed/process_group.h"
 
 #include <cstdlib>
@@ -18,14 +18,33 @@ std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-double default_timeout_seconds() {
-  const char* text = std::getenv("AMPGRAD_DISTRIBUTED_TIMEOUT");
-  if (text == nullptr || *text == '\0') return kDefaultTimeoutSeconds;
+namespace {
+
+// Seconds from the environment variable `name`, else `fallback`.
+double seconds_from_env(const char* name, double fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
-  AG_CHECK(end != text && *end == '\0' && seconds > 0 && seconds < 1e9, "AMPGRAD_DISTRIBUTED_TIMEOUT=", text,
-           " is not a number of seconds > 0; hint: for example AMPGRAD_DISTRIBUTED_TIMEOUT=60");
+  AG_CHECK(end != text && *end == '\0' && seconds > 0 && seconds < 1e9, name, "=", text,
+           " is not a number of seconds > 0; hint: for example ", name, "=60");
   return seconds;
+}
+
+}  // namespace
+
+double default_timeout_seconds() { return seconds_from_env("AMPGRAD_DISTRIBUTED_TIMEOUT", kDefaultTimeoutSeconds); }
+
+double default_startup_timeout_seconds() {
+  return seconds_from_env("AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT", kDefaultStartupTimeoutSeconds);
+}
+
+double collective_timeout(const ProcessGroupOptions& options) {
+  return options.timeout_seconds > 0 ? options.timeout_seconds : default_timeout_seconds();
+}
+
+double startup_timeout(const ProcessGroupOptions& options) {
+  return options.startup_timeout_seconds > 0 ? options.startup_timeout_seconds : default_startup_timeout_seconds();
 }
 
 }  // namespace ampgrad::distributed

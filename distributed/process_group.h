@@ -27,15 +27,30 @@ std::string_view reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
 /// instead of a hang or garbage). DistributedDataParallel checks its layout once and skips it.
 enum class CheckAcrossRanks : bool { kNo, kYes };
 
-/// The timeout when none is given: $AMPGRAD_DISTRIBUTED_TIMEOUT (seconds, > 0) when set, else this.
+/// The collective timeout when none is given: $AMPGRAD_DISTRIBUTED_TIMEOUT (seconds, > 0) when
+/// set, else this.
 inline constexpr double kDefaultTimeoutSeconds = 300.0;
 double default_timeout_seconds();
 
+/// The start-up timeout when none is given: $AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT (seconds, > 0)
+/// when set, else this. Start-up (MPI_Init_thread, the first group's communicator, NCCL's setup)
+/// waits for every rank's process to be launched and loaded, which on a busy machine takes far
+/// longer than a collective between running ranks, so it has its own, generous deadline.
+inline constexpr double kDefaultStartupTimeoutSeconds = 300.0;
+double default_startup_timeout_seconds();
+
 struct ProcessGroupOptions {
-  /// How long one collective (or the group's setup) may wait for the other ranks before it throws
-  /// and the group becomes unusable; <= 0 means default_timeout_seconds().
+  /// How long one collective may wait for the other ranks before it throws and the group becomes
+  /// unusable; <= 0 means default_timeout_seconds().
   double timeout_seconds = 0.0;
+  /// How long the group's setup (with MPI's start-up, the first time) may wait for the other
+  /// ranks; <= 0 means default_startup_timeout_seconds().
+  double startup_timeout_seconds = 0.0;
 };
+
+/// The two timeouts of `options`, defaults filled in.
+double collective_timeout(const ProcessGroupOptions& options);
+double startup_timeout(const ProcessGroupOptions& options);
 
 /// A collective in flight (torch.distributed's Work). Its tensor must not be used until wait().
 class Work {

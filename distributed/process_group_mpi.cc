@@ -16,10 +16,6 @@ using detail::MpiPhase;
 
 namespace {
 
-double resolve_timeout(const ProcessGroupOptions& options) {
-  return options.timeout_seconds > 0 ? options.timeout_seconds : default_timeout_seconds();
-}
-
 int checked_count(int64_t n, const std::string& what) {
   AG_CHECK(n <= INT_MAX, "ampgrad.distributed: ", what, ": ", n, " elements is more than one MPI call can send (",
            INT_MAX, "); hint: reduce it in parts");
@@ -29,8 +25,8 @@ int checked_count(int64_t n, const std::string& what) {
 }  // namespace
 
 std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create_world(ProcessGroupOptions options) {
-  const double timeout = resolve_timeout(options);
-  detail::MpiRuntime& runtime = detail::MpiRuntime::get(timeout);
+  const double timeout = collective_timeout(options), startup = startup_timeout(options);
+  detail::MpiRuntime& runtime = detail::MpiRuntime::get(startup);
   auto comm = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
   MpiPhase dup{.start = [comm](MPI_Request* request) {
                  mpi_check(MPI_Comm_idup(MPI_COMM_WORLD, comm.get(), request), "MPI_Comm_idup");
@@ -40,7 +36,8 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create_world(ProcessGroupOptio
                }};
   const std::string what = ::ampgrad::detail::str_cat(
       "creating an MPI process group on ", detail::rank_label(runtime.world_rank(), runtime.world_size(), Backend::kMPI));
-  auto work = std::make_shared<detail::MpiWork>(what, std::vector<MpiPhase>{dup}, std::vector<Tensor>{}, timeout);
+  // The first collective of the job: every rank has to have started, so the start-up deadline applies.
+  auto work = std::make_shared<detail::MpiWork>(what, std::vector<MpiPhase>{dup}, std::vector<Tensor>{}, startup);
   runtime.submit(work);
   work->wait();
   return std::shared_ptr<ProcessGroupMPI>(

@@ -49,7 +49,8 @@ void nccl_check(ncclResult_t result, const char* call) {
     }
   }
   AG_FAIL("ampgrad.distributed: ", reason, "; this process group can no longer be used; hint: look at the other ",
-          "ranks' output for the first error; AMPGRAD_DISTRIBUTED_TIMEOUT (seconds) sets the timeout");
+          "ranks' output for the first error; AMPGRAD_DISTRIBUTED_TIMEOUT (collectives) and ",
+          "AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT (setup) set the timeouts, in seconds");
 }
 
 // Throws (and aborts) once NCCL reported an error, or `deadline` passed; returns false while the
@@ -172,11 +173,12 @@ std::shared_ptr<ProcessGroupNCCL> ProcessGroupNCCL::create_world(ProcessGroupOpt
   auto state = std::make_shared<detail::NcclState>();
   state->rank = rank;
   state->size = size;
-  state->timeout_seconds = bootstrap->timeout_seconds();
+  state->timeout_seconds = startup_timeout(options);  // for the setup; then the collectives' own
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that setup and collectives can be polled against the timeout
   detail::nccl_check(ncclCommInitRankConfig(&state->comm, size, id, rank, &config), "ncclCommInitRankConfig");
   detail::wait_ready(*state, detail::deadline_after(state->timeout_seconds), "ncclCommInitRankConfig on " + where);
+  state->timeout_seconds = bootstrap->timeout_seconds();
   cudaStream_t stream = nullptr;
   AG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return std::shared_ptr<ProcessGroupNCCL>(new ProcessGroupNCCL(std::move(bootstrap), std::move(state), stream,

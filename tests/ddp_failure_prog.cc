@@ -4,11 +4,14 @@
 //   throw  rank 1 throws an ampgrad::Error mid-step (before its backward) and exits with status 1
 //   hang   rank 1 stops calling collectives (sleeps 600 s): the others must time out
 //   kill   rank 1 dies from SIGKILL mid-step
+//   late   rank 1 starts 5 s after rank 0 (sleeps before MPI starts): with a collective timeout
+//          shorter than that, the job must still finish, since start-up has its own deadline
 // Every rank that catches an Error prints "rank R: error: ..." and exits with status 1, without
 // destroy_process_group(): a failed job must end at once, not wait for MPI_Finalize.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -21,6 +24,10 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "none";
   int rank = -1;
   try {
+    const char* launch_rank = std::getenv("OMPI_COMM_WORLD_RANK");  // set by mpirun before MPI starts
+    if (mode == "late" && launch_rank != nullptr && std::string(launch_rank) == "1") {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+    }
     dist::ProcessGroup& world = dist::init_process_group();
     rank = world.rank();
     ag::manual_seed(1);

@@ -40,5 +40,8 @@ run throw 30 25 nonzero "rank 1: error:" "injected failure on rank 1 at step 3"
 # The rank that keeps waiting times out after 3 s with a clear error, and the job ends.
 run hang 3 25 nonzero "rank 0: error:" "did not complete within 3 s" "AMPGRAD_DISTRIBUTED_TIMEOUT"
 run kill 30 25 nonzero "rank 1 with PID"
+# A rank that starts 5 s late is waited for: start-up has its own deadline (300 s by default),
+# not the 3 s collective timeout.
+run late 3 60 0 "rank 0 finished" "rank 1 finished"
 
 (( failures == 0 )) || { echo "$failures scenario(s) failed"; exit 1; }

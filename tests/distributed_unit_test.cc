@@ -1,6 +1,8 @@
 // The parts of distributed/ that need no MPI job: bucket assignment (PyTorch's rules), the
-// sampler's shards and per-epoch shuffles, and the cross-rank argument check's messages.
+// sampler's shards and per-epoch shuffles, the cross-rank argument check's messages, and the two
+// timeouts (collectives, start-up).
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <numeric>
@@ -10,6 +12,7 @@
 #include "distributed/buckets.h"
 #include "distributed/collective_check.h"
 #include "distributed/mpi_reduce.h"
+#include "distributed/process_group.h"
 #include "distributed/sampler.h"
 #include "framework/tensor.h"
 #include "test_util.h"
@@ -123,6 +126,27 @@ TEST(CollectiveCheck, NamesEveryRanksTensorAndTheDeviceHint) {
                                                  &detail::mpi_supports);
   EXPECT_ERROR([&] { detail::check_local(wrong, "broadcast", dist::Backend::kNCCL, Device::kCUDA); },
                "Tensor[2, 3] float32 cpu (root 0)", "hint: use Backend::kMPI for CPU tensors");
+}
+
+// Start-up and collectives have separate deadlines: a short collective timeout (the failure test's
+// 3 s) must not bound MPI's start-up on a busy machine.
+TEST(Timeouts, StartupAndCollectivesAreSeparateAndComeFromTheirOwnVariables) {
+  ::unsetenv("AMPGRAD_DISTRIBUTED_TIMEOUT");
+  ::unsetenv("AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT");
+  EXPECT_EQ(dist::collective_timeout({}), dist::kDefaultTimeoutSeconds);
+  EXPECT_EQ(dist::startup_timeout({}), dist::kDefaultStartupTimeoutSeconds);
+  ::setenv("AMPGRAD_DISTRIBUTED_TIMEOUT", "3", 1);
+  EXPECT_EQ(dist::collective_timeout({}), 3.0);
+  EXPECT_EQ(dist::startup_timeout({}), dist::kDefaultStartupTimeoutSeconds);  // untouched by the other
+  ::setenv("AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT", "45.5", 1);
+  EXPECT_EQ(dist::startup_timeout({}), 45.5);
+  EXPECT_EQ(dist::startup_timeout({.timeout_seconds = 0, .startup_timeout_seconds = 7}), 7.0);  // options win
+  EXPECT_EQ(dist::collective_timeout({.timeout_seconds = 2, .startup_timeout_seconds = 0}), 2.0);
+  ::setenv("AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT", "soon", 1);
+  EXPECT_ERROR([] { (void)dist::default_startup_timeout_seconds(); }, "AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT=soon",
+               "seconds");
+  ::unsetenv("AMPGRAD_DISTRIBUTED_TIMEOUT");
+  ::unsetenv("AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT");
 }
 
 }  // namespace
