@@ -8,12 +8,17 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 
 #include "examples/char_gpt_train.h"
+#include "examples/flags.h"
 #include "examples/training_plots.h"
 
 namespace ag = ampgrad;
+using ag::examples::parse_count;
+using ag::examples::parse_positive;
+using ag::examples::parse_seed;
 
 namespace {
 
@@ -42,25 +47,25 @@ int main(int argc, char** argv) {
       else if (arg == "--device=cuda") options.device = ag::Device::kCUDA;
       else if (arg == "--amp" || arg == "--amp=fp16") options.precision = char_gpt::Precision::kFloat16Amp;
       else if (arg == "--amp=bf16") options.precision = char_gpt::Precision::kBFloat16Amp;
-      else if (key == "--steps") options.steps = std::stoll(value);
-      else if (key == "--batch") options.batch_size = std::stoll(value);
-      else if (key == "--block") options.model.block_size = std::stoll(value);
-      else if (key == "--layers") options.model.n_layer = std::stoll(value);
-      else if (key == "--heads") options.model.n_head = std::stoll(value);
-      else if (key == "--embd") options.model.n_embd = std::stoll(value);
-      else if (key == "--lr") options.lr = std::stod(value);
-      else if (key == "--seed") options.seed = std::stoull(value);
-      else if (key == "--eval-every") options.eval_every = std::stoll(value);
+      else if (key == "--steps") options.steps = parse_count(key, value);
+      else if (key == "--batch") options.batch_size = parse_count(key, value);
+      else if (key == "--block") options.model.block_size = parse_count(key, value);
+      else if (key == "--layers") options.model.n_layer = parse_count(key, value);
+      else if (key == "--heads") options.model.n_head = parse_count(key, value);
+      else if (key == "--embd") options.model.n_embd = parse_count(key, value);
+      else if (key == "--lr") options.lr = parse_positive(key, value);
+      else if (key == "--seed") options.seed = parse_seed(key, value);
+      else if (key == "--eval-every") options.eval_every = parse_count(key, value);
       else if (key == "--save") options.save_path = value;
       else if (key == "--resume") options.resume_path = value;
-      else if (key == "--sample") sample_length = std::stoll(value);
+      else if (key == "--sample") sample_length = parse_count(key, value, /*min=*/0);
       else if (key == "--plot" && !value.empty()) plot_dir = value;
       else {
         usage(argv[0]);
         return 2;
       }
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "char_gpt: %s needs a number\n", key.c_str());
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "char_gpt: %s\n", e.what());
       return 2;
     }
   }

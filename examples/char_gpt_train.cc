@@ -183,6 +183,10 @@ ag::Tensor train_step(gpt::GPT& model, ag::optim::AdamW& opt, ag::amp::GradScale
 }
 
 TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, const StepCallback& on_step) {
+  // A batch, run or evaluation of nothing would train on nothing and report NaN losses.
+  AG_CHECK(o.batch_size >= 1 && o.steps >= 1 && o.eval_every >= 1 && o.eval_batches >= 1, "char_gpt::train: ",
+           "batch_size, steps, eval_every and eval_batches must be >= 1, got ", o.batch_size, ", ", o.steps, ", ",
+           o.eval_every, ", ", o.eval_batches);
   check_device(o);
   model.to(o.device);
   TrainResult result;

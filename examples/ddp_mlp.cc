@@ -3,15 +3,18 @@
 //          [--checkpoint=PATH] [--resume=PATH] [--device=cuda]
 // Each rank trains on its own shard (DistributedSampler); DistributedDataParallel averages the
 // gradients; the GradScaler's skip decisions agree across ranks; rank 0 prints and checkpoints.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ampgrad_distributed.h"
+#include "examples/flags.h"
 
 namespace ag = ampgrad;
 namespace dist = ampgrad::distributed;
@@ -32,10 +35,16 @@ bool parse(int argc, char** argv, Args& args) {
     const auto value = [&](const char* prefix) { return a.substr(std::strlen(prefix)); };
     if (a == "--amp") {
       args.amp = true;
-    } else if (a.rfind("--accumulate=", 0) == 0) {
-      args.accumulate = std::stoi(value("--accumulate="));
-    } else if (a.rfind("--epochs=", 0) == 0) {
-      args.epochs = std::stoi(value("--epochs="));
+    } else if (a.rfind("--accumulate=", 0) == 0 || a.rfind("--epochs=", 0) == 0) {
+      const bool accumulate = a[2] == 'a';
+      try {
+        const int64_t n = ag::examples::parse_count(accumulate ? "--accumulate" : "--epochs",
+                                                    value(accumulate ? "--accumulate=" : "--epochs="));
+        (accumulate ? args.accumulate : args.epochs) = static_cast<int>(std::min<int64_t>(n, 1 << 30));
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+        return false;
+      }
     } else if (a.rfind("--checkpoint=", 0) == 0) {
       args.checkpoint = value("--checkpoint=");
     } else if (a.rfind("--resume=", 0) == 0) {
@@ -46,7 +55,7 @@ bool parse(int argc, char** argv, Args& args) {
       return false;
     }
   }
-  return args.accumulate >= 1 && args.epochs >= 1;
+  return true;
 }
 
 // The data set, the same on every rank: n points uniform in [-2, 2]^2 and their targets.

@@ -2,8 +2,12 @@
 #include "examples/fashion.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <stdexcept>
+
+#include "examples/flags.h"
 
 namespace ampgrad::fashion {
 
@@ -175,20 +179,19 @@ bool parse_command_line(int argc, char** argv, CommandLine& out, OutputFlags out
       (arg == "--data" ? out.data : arg == "--plot" ? out.plot : out.logdir) = value;
       continue;
     }
-    char* end = nullptr;
-    if (arg == "--lr") {
-      out.lr = std::strtod(value.c_str(), &end);
-    } else {
-      const long long n = std::strtoll(value.c_str(), &end, 10);
-      if (arg == "--epochs") out.epochs = n;
-      else if (arg == "--batch-size") out.batch_size = n;
-      else if (arg == "--train-samples") out.train_samples = n;
-      else if (arg == "--seed" && n >= 0) out.seed = static_cast<uint64_t>(n);
+    try {
+      if (arg == "--lr") out.lr = examples::parse_positive(arg, value);
+      else if (arg == "--epochs") out.epochs = examples::parse_count(arg, value);
+      else if (arg == "--batch-size") out.batch_size = examples::parse_count(arg, value);
+      else if (arg == "--train-samples") out.train_samples = examples::parse_count(arg, value);
+      else if (arg == "--seed") out.seed = examples::parse_seed(arg, value);
       else return false;
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+      return false;
     }
-    if (value.empty() || *end != '\0') return false;
   }
-  return out.epochs > 0 && out.batch_size > 0 && out.lr > 0;
+  return true;
 }
 
 }  // namespace ampgrad::fashion

@@ -121,7 +121,8 @@ struct CommandLine {
 enum class OutputFlags : bool { kNo, kYes };
 
 /// Parses argv into `out`; false on a flag it does not know (--plot and --logdir without
-/// `outputs`), a missing or malformed value, or a count or lr that is not positive.
+/// `outputs`) or a missing value, and (after printing which flag and why) on a malformed value, a
+/// count below 1, an lr that is not positive or a negative seed.
 bool parse_command_line(int argc, char** argv, CommandLine& out, OutputFlags outputs);
 
 }  // namespace ampgrad::fashion
