@@ -15,7 +15,6 @@ std::string describe(const CollectiveRecord& r) {
   std::ostringstream out;
   out << "Tensor[";
   for (int i = 0; i < r.ndim; ++i) out << (i ? ", " : "") << r.dims[i];
-  if (r.ndim > CollectiveRecord::kMaxDims) out << ", ...";
   out << "] " << dtype_name(static_cast<DType>(r.dtype)) << ' ' << device_name(static_cast<Device>(r.device));
   if (r.collective == static_cast<int32_t>(Collective::kBroadcast)) out << " (root " << r.argument << ")";
   if (r.collective == static_cast<int32_t>(Collective::kAllReduce)) {
@@ -40,7 +39,6 @@ std::string hint_for(Problem problem, Backend backend, Device device) {
                                         device == Device::kCPU ? "CPU" : "CUDA", ")");
     case Problem::kUndefined: return "the tensor is undefined";
     case Problem::kUnsupportedDType: return "its dtype is not supported by this backend";
-    case Problem::kTooManyDims: return "it has more than 8 dimensions (reshape it first)";
     case Problem::kAvgOfIntegers: return "ReduceOp::kAvg needs a floating dtype; hint: use kSum and divide";
     case Problem::kOk: break;
   }
@@ -62,13 +60,11 @@ CollectiveRecord describe_collective(Collective collective, int32_t argument, co
   r.device = static_cast<int32_t>(tensor.device());
   r.numel = tensor.numel();
   r.ndim = static_cast<int32_t>(tensor.dim());
-  for (int i = 0; i < std::min<int>(r.ndim, CollectiveRecord::kMaxDims); ++i) r.dims[i] = tensor.shape()[i];
+  for (int i = 0; i < r.ndim; ++i) r.dims[i] = tensor.shape()[static_cast<size_t>(i)];
   if (tensor.device() != device) {
     r.problem = static_cast<int32_t>(Problem::kWrongDevice);
   } else if (!supported(tensor.dtype())) {
     r.problem = static_cast<int32_t>(Problem::kUnsupportedDType);
-  } else if (r.ndim > CollectiveRecord::kMaxDims) {
-    r.problem = static_cast<int32_t>(Problem::kTooManyDims);
   } else if (collective == Collective::kAllReduce && argument == static_cast<int32_t>(ReduceOp::kAvg) &&
              !is_floating(tensor.dtype())) {
     r.problem = static_cast<int32_t>(Problem::kAvgOfIntegers);

@@ -13,11 +13,11 @@
 namespace ampgrad::distributed::detail {
 
 /// Why this rank's own tensor cannot take part, found before any communication.
-enum class Problem : int32_t { kOk, kUndefined, kWrongDevice, kUnsupportedDType, kTooManyDims, kAvgOfIntegers };
+enum class Problem : int32_t { kOk, kUndefined, kWrongDevice, kUnsupportedDType, kAvgOfIntegers };
 
 /// What one rank passed to a collective. Plain bytes: it travels as it is.
 struct CollectiveRecord {
-  static constexpr int kMaxDims = 8;
+  static constexpr int kMaxDims = ::ampgrad::kMaxDims;  // every tensor's shape fits
   int32_t collective = 0;  // Collective below
   int32_t argument = 0;    // the ReduceOp, or the broadcast's root
   int32_t dtype = -1;      // -1: undefined tensor

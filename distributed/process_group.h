@@ -101,6 +101,7 @@ class ProcessGroup {
  protected:
   ProcessGroup(int rank, int size, double timeout_seconds)
       : rank_(rank), size_(size), timeout_seconds_(timeout_seconds) {}
+  void set_timeout(double seconds) { timeout_seconds_ = seconds; }
 
  private:
   int rank_;

@@ -28,6 +28,10 @@ class ProcessGroupMPI final : public ProcessGroup {
   int64_t all_reduce_int(int64_t value, ReduceOp op) override;
   std::vector<std::string> all_gather_bytes(const std::string& bytes) override;
 
+  /// The timeout of the collectives submitted from now on. For ProcessGroupNCCL's bootstrap, whose
+  /// setup exchanges run under the start-up timeout and later ones under the collective timeout.
+  void set_timeout_seconds(double seconds) { set_timeout(seconds); }
+
  private:
   ProcessGroupMPI(detail::MpiRuntime& runtime, MPI_Comm comm, int rank, int size, double timeout_seconds);
   std::shared_ptr<Work> submit(std::string what, std::vector<detail::MpiPhase> phases, std::vector<Tensor> tensors);

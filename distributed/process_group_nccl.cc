@@ -140,7 +140,11 @@ class NcclWork final : public Work {
 using detail::Clock;
 
 std::shared_ptr<ProcessGroupNCCL> ProcessGroupNCCL::create_world(ProcessGroupOptions options) {
-  std::shared_ptr<ProcessGroupMPI> bootstrap = ProcessGroupMPI::create_world(options);
+  // The whole setup (CUDA contexts, the NCCL id, the communicator) waits for every rank to get
+  // there, so its exchanges run under the start-up timeout; the collectives after it do not.
+  ProcessGroupOptions setup_options = options;
+  setup_options.timeout_seconds = startup_timeout(options);
+  std::shared_ptr<ProcessGroupMPI> bootstrap = ProcessGroupMPI::create_world(setup_options);
   const int rank = bootstrap->rank(), size = bootstrap->size();
   const std::string where = detail::rank_label(rank, size, Backend::kNCCL);
   // Every rank says where it runs and whether it can take part, so that a rank without a GPU is
@@ -178,7 +182,8 @@ std::shared_ptr<ProcessGroupNCCL> ProcessGroupNCCL::create_world(ProcessGroupOpt
   config.blocking = 0;  // so that setup and collectives can be polled against the timeout
   detail::nccl_check(ncclCommInitRankConfig(&state->comm, size, id, rank, &config), "ncclCommInitRankConfig");
   detail::wait_ready(*state, detail::deadline_after(state->timeout_seconds), "ncclCommInitRankConfig on " + where);
-  state->timeout_seconds = bootstrap->timeout_seconds();
+  state->timeout_seconds = collective_timeout(options);
+  bootstrap->set_timeout_seconds(state->timeout_seconds);
   cudaStream_t stream = nullptr;
   AG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   return std::shared_ptr<ProcessGroupNCCL>(new ProcessGroupNCCL(std::move(bootstrap), std::move(state), stream,

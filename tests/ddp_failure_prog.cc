@@ -24,9 +24,16 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "none";
   int rank = -1;
   try {
-    const char* launch_rank = std::getenv("OMPI_COMM_WORLD_RANK");  // set by mpirun before MPI starts
-    if (mode == "late" && launch_rank != nullptr && std::string(launch_rank) == "1") {
-      std::this_thread::sleep_for(std::chrono::seconds(5));
+    if (mode == "late") {
+      // The launcher's rank, known before MPI starts (Open MPI's name, then PMIx's and PMI's).
+      const char* launch_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+      if (launch_rank == nullptr) launch_rank = std::getenv("PMIX_RANK");
+      if (launch_rank == nullptr) launch_rank = std::getenv("PMI_RANK");
+      if (launch_rank == nullptr) {
+        std::fprintf(stderr, "late: the launcher set no rank variable, so no rank can start late\n");
+        return 1;
+      }
+      if (std::string(launch_rank) == "1") std::this_thread::sleep_for(std::chrono::seconds(5));
     }
     dist::ProcessGroup& world = dist::init_process_group();
     rank = world.rank();

@@ -63,6 +63,26 @@ TEST(ProcessGroup, AllReduceSumAvgMaxInEveryDtype) {
   }
 }
 
+// A tensor of any rank a tensor may have takes part (checked and unchecked), and a mismatch in
+// its 25th dimension is found and named.
+TEST(ProcessGroup, TensorsOfEveryRankReduceAndBroadcast) {
+  ag::Shape nine(9, 1);
+  nine[8] = 4;
+  Tensor t = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, nine);
+  world().all_reduce(t, dist::ReduceOp::kSum);
+  const auto n = static_cast<float>(world().size());
+  EXPECT_EQ(t.to_vector(), (std::vector<float>{n, 2 * n, 3 * n, 4 * n}));
+  EXPECT_EQ(t.shape(), nine);
+  Tensor most = ag::full(ag::Shape(ag::kMaxDims, 1), world().rank() + 1.0);
+  world().broadcast(most, 0);
+  EXPECT_EQ(most.to_vector(), std::vector<float>{1.0f});
+  ag::Shape last(ag::kMaxDims, 1);
+  if (world().rank() == 1) last.back() = 2;
+  Tensor mismatched = ag::ones(last);
+  EXPECT_ERROR([&] { world().all_reduce(mismatched, dist::ReduceOp::kSum); }, "do not match",
+               ", 1, 1] float32 cpu", ", 1, 2] float32 cpu");
+}
+
 TEST(ProcessGroup, Int64SumMaxAndBroadcastButNoAverage) {
   const int n = world().size(), r = world().rank();
   Tensor t = Tensor::from_vector(std::vector<int64_t>{r, int64_t{1} << 40, -r}, {3});
