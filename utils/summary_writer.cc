@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -68,12 +69,12 @@ EventFileWriter::EventFileWriter(std::string path, int max_queue, double flush_s
   try {
     add_event({.wall_time = unix_time_now(), .step = 0, .file_version = "brain.Event:2", .values = {}});
     flush();
+    if (flush_secs_ > 0) flusher_ = std::thread([this] { flush_periodically(); });
   } catch (...) {  // no destructor runs for a constructor that throws: release the descriptor here
     ::close(fd_);
     fd_ = -1;
     throw;
   }
-  if (flush_secs_ > 0) flusher_ = std::thread([this] { flush_periodically(); });
 }
 
 EventFileWriter::~EventFileWriter() {
@@ -86,7 +87,8 @@ EventFileWriter::~EventFileWriter() {
 
 void EventFileWriter::flush_periodically() {
   std::unique_lock<std::mutex> lock(mutex_);
-  const auto period = std::chrono::duration<double>(flush_secs_);
+  // At most a thousand wake-ups a second, however small flush_secs is.
+  const auto period = std::chrono::duration<double>(std::max(flush_secs_, 1e-3));
   while (!wake_.wait_for(lock, period, [this] { return stopping_; })) {
     if (pending_events_ == 0 || !deferred_error_.empty()) continue;
     try {
@@ -138,6 +140,9 @@ void EventFileWriter::flush_locked() {
 }
 
 void EventFileWriter::close() {
+  // Serialises whole close() calls (two threads, or one and the destructor): the thread is joined
+  // once. The thread itself takes only mutex_, which is not held while joining.
+  std::lock_guard<std::mutex> closing(close_mutex_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;

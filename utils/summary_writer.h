@@ -56,7 +56,8 @@ class EventFileWriter {
   double flush_secs_;
   std::string pending_;  // framed records not yet written
   int pending_events_ = 0;
-  std::mutex mutex_;  // guards everything above and below
+  std::mutex close_mutex_;  // one close() at a time
+  std::mutex mutex_;        // guards everything above and below
   std::condition_variable wake_;
   bool stopping_ = false;
   std::string deferred_error_;
