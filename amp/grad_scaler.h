@@ -46,9 +46,10 @@ struct GradScalerState {
 /// otherwise the tracker counts clean steps and at growth_interval the scale *= growth. The scale
 /// stays a normal float32 (scale() multiplies in float32): growth that would pass float's max is
 /// not applied, and a backoff below 2^-126 stops there.
-/// Per optimizer and iteration: READY -unscale_-> UNSCALED -step-> STEPPED; misuse throws, and so
-/// does a backward that reaches opt's parameters while it is UNSCALED (its new, scaled gradients
-/// would be stepped on unscaled, or dropped: unscale_ belongs after the iteration's last backward).
+/// Per optimizer and iteration: READY -unscale_-> UNSCALED -step-> STEPPED; misuse throws. step()
+/// also throws if a backward reached opt's parameters while it was UNSCALED (those new, scaled
+/// gradients would be stepped on unscaled, or dropped: unscale_ belongs after the iteration's last
+/// backward).
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});

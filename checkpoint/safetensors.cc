@@ -192,8 +192,8 @@ NamedTensors parse_safetensors(const std::string& bytes, const std::string& sour
     const json& shape_json = entry["shape"];
     if (!shape_json.is_array()) fail(where + "shape must be an array of dimensions");
     if (shape_json.size() > static_cast<size_t>(kMaxDims)) {
-      fail(where + "shape " + shape_json.dump() + " has more than the " + std::to_string(kMaxDims) +
-           " dimensions an ampgrad tensor may have");
+      fail(where + "shape has " + std::to_string(shape_json.size()) + " dimensions, more than the " +
+           std::to_string(kMaxDims) + " dimensions an ampgrad tensor may have");
     }
     Shape shape;
     uint64_t numel = 1;

@@ -20,7 +20,8 @@ int64_t parse_count(std::string_view flag, const std::string& value, int64_t min
   char* end = nullptr;
   errno = 0;
   const long long n = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno == ERANGE || n < min) {
+  const bool digits = !value.empty() && (value[0] == '-' || (value[0] >= '0' && value[0] <= '9'));
+  if (!digits || *end != '\0' || errno == ERANGE || n < min) {
     refuse(flag, "a whole number >= " + std::to_string(min), value);
   }
   return n;
@@ -34,7 +35,14 @@ double parse_positive(std::string_view flag, const std::string& value) {
 }
 
 uint64_t parse_seed(std::string_view flag, const std::string& value) {
-  return static_cast<uint64_t>(parse_count(flag, value, 0));
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+  // strtoull would wrap "-1" around to 2^64 - 1: only plain digits are a seed.
+  if (value.empty() || value[0] < '0' || value[0] > '9' || *end != '\0' || errno == ERANGE) {
+    refuse(flag, "a whole number >= 0", value);
+  }
+  return n;
 }
 
 }  // namespace ampgrad::examples

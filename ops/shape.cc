@@ -127,13 +127,14 @@ struct Permute {
 struct Narrow {
   static constexpr OpInfo kInfo{"narrow", CastPolicy::kNone, kAnyInputMayBeInteger};
   int64_t dim, start, length;
+  int64_t given_start;  // as the caller wrote it (negative: from the end), for errors
   Shape in_shape;
 
   void check(const Tensor& x) const {
     AG_CHECK(x.defined(), kInfo.name, ": input is undefined");
     const int64_t size = x.size(dim);
     // Written so that nothing overflows, whatever start and length are (start + length may not fit).
-    AG_CHECK(start >= 0 && start <= size && length >= 0 && length <= size - start, kInfo.name, ": start ", start,
+    AG_CHECK(start >= 0 && start <= size && length >= 0 && length <= size - start, kInfo.name, ": start ", given_start,
              " and length ", length, " do not fit dimension ", dim, " (size ", size, ") of ", x.to_string(),
              "; hint: need 0 <= length <= size - start, with -size <= start <= size (negative counts from the end)");
   }
@@ -270,8 +271,9 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   const int64_t d = normalize_dim("narrow", dim, x.dim());
   // A negative start counts from the end, as in PyTorch; one before -size is refused by the check.
   const int64_t size = x.size(d);
+  const int64_t given_start = start;
   if (start < 0 && start >= -size) start += size;
-  return dispatch(Narrow{.dim = d, .start = start, .length = length, .in_shape = {}}, x);
+  return dispatch(Narrow{.dim = d, .start = start, .length = length, .given_start = given_start, .in_shape = {}}, x);
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t size, int64_t dim) {

@@ -41,7 +41,8 @@ struct LogNormalizer {
   C shift = C(0);
   double log_sum = 0.0;
   AG_HOST_DEVICE C log_prob(C x) const { return (x - shift) - static_cast<C>(log_sum); }
-  /// The same in double, for losses: x - shift of two floats is exact there.
+  /// The same in double, for losses: x - shift of two floats is exact there whenever x is near the
+  /// maximum (within a factor 2^29), and correctly rounded otherwise.
   AG_HOST_DEVICE double log_prob_wide(C x) const {
     return (static_cast<double>(x) - static_cast<double>(shift)) - log_sum;
   }

@@ -76,6 +76,7 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaOpTest,
 TEST(CudaTest, CrossEntropyAtLargeLogitOffsetsKeepsFloat32Precision) {
   SKIP_WITHOUT_CUDA();
   EXPECT_TRUE(agt::check_cross_entropy_at_large_offsets(ag::Device::kCUDA));
+  EXPECT_TRUE(agt::check_cross_entropy_at_large_offsets(ag::Device::kCUDA, ag::DType::kFloat64));
 }
 
 // The zero-size rows (tests/zero_size_cases.cc) on CUDA.

@@ -61,6 +61,7 @@ TEST(CrossEntropy, ExtremeLogitsStayFinite) {
 // kernel is checked the same way in cuda_test.cc).
 TEST(CrossEntropy, LargeLogitOffsetsKeepFloat32Precision) {
   EXPECT_TRUE(ag::test::check_cross_entropy_at_large_offsets(ag::Device::kCPU));
+  EXPECT_TRUE(ag::test::check_cross_entropy_at_large_offsets(ag::Device::kCPU, DType::kFloat64));
 }
 
 TEST(CrossEntropy, IgnoredSamplesAndMeans) {

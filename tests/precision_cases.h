@@ -6,9 +6,10 @@
 
 namespace ampgrad::test {
 
-/// cross_entropy of float32 logits [0, 0.5, -1] + c (target 0), for offsets c up to +-1e6, on
-/// `device`: the loss and the logits' gradient within float32 rounding of float64's, as PyTorch's
-/// are (the log-normaliser is never rounded at the offset's magnitude).
-::testing::AssertionResult check_cross_entropy_at_large_offsets(Device device);
+/// cross_entropy of logits [0, 0.5, -1] + c in `dtype` (float32 or float64; target 0, with and
+/// without label smoothing), for offsets c up to +-1e6, on `device`: the loss and the logits'
+/// gradient within the dtype's rounding of float64's on the stored logits, as PyTorch's are (the
+/// log-normaliser is never rounded at the offset's magnitude).
+::testing::AssertionResult check_cross_entropy_at_large_offsets(Device device, DType dtype = DType::kFloat32);
 
 }  // namespace ampgrad::test

@@ -149,7 +149,7 @@ TEST(ShapeOps, NarrowBoundsNeverOverflowAndNegativeStartCountsFromTheEnd) {
   EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, kMin, 1); }, "narrow", "size 4");
   EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, 1, kMin); }, "narrow", "size 4");
   EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, -5, 1); }, "narrow", "start -5");
-  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, -1, 2); }, "narrow", "start 3", "length 2");
+  EXPECT_ERROR([&] { (void)ag::ops::narrow(x, 0, -1, 2); }, "narrow", "start -1", "length 2");
   EXPECT_EQ(ag::ops::narrow(x, 0, -3, 2).to_vector(), (std::vector<float>{1, 2}));
   EXPECT_EQ(ag::ops::narrow(x, 0, -4, 4).to_vector(), (std::vector<float>{0, 1, 2, 3}));
   EXPECT_EQ(ag::ops::narrow(x, -1, -1, 1).to_vector(), (std::vector<float>{3}));
