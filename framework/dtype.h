@@ -9,6 +9,7 @@
 #include <ostream>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "framework/bfloat16.h"
 #include "framework/device.h"
@@ -21,6 +22,7 @@ inline constexpr size_t kNumDTypes = 5;
 
 /// The value facts of a dtype (the type facts, Storage and Compute, are in DTypeTraits).
 struct DTypeInfo {
+  DType dtype;                        // the row's own enumerator: the table follows the enum
   std::string_view name;              // "float32", as PyTorch prints it
   std::string_view safetensors_name;  // "F32": the dtype string of the safetensors format
   size_t size;                        // bytes per element
@@ -36,48 +38,102 @@ struct DTypeInfo {
 };
 
 /// One row per dtype: Storage is the C++ type kernels read and write, Compute the one they
-/// compute in (float for 16-bit storage, as tensor cores do).
+/// compute in (float for 16-bit storage, as tensor cores do). A new dtype is a row here, its
+/// enumerator and its storage type; the lists below and the visitors derive from the rows.
 template <DType D> struct DTypeTraits;
 template <> struct DTypeTraits<DType::kFloat32> {
   using Storage = float;
   using Compute = float;
-  static constexpr DTypeInfo info{"float32", "F32", 4, true, false, 2, 0x1p-23,
-                                  0x1.fffffep+127, 0x1p-126, 0x1p-149};
+  static constexpr DTypeInfo info{.dtype = DType::kFloat32, .name = "float32", .safetensors_name = "F32", .size = 4,
+                                  .is_floating = true, .is_low_precision = false, .promotion_rank = 2,
+                                  .eps = 0x1p-23, .max = 0x1.fffffep+127, .min_normal = 0x1p-126,
+                                  .min_subnormal = 0x1p-149};
 };
 template <> struct DTypeTraits<DType::kFloat16> {
   using Storage = Half;
   using Compute = float;
-  static constexpr DTypeInfo info{"float16", "F16", 2, true, true, 1, 0x1p-10, 65504.0, 0x1p-14, 0x1p-24};
-};
-/// float32's exponent range with 8 significand bits: no underflow trouble, coarse steps.
-template <> struct DTypeTraits<DType::kBFloat16> {
-  using Storage = BFloat16;
-  using Compute = float;
-  static constexpr DTypeInfo info{"bfloat16", "BF16", 2, true, true, 1, 0x1p-7, 0x1.fep+127, 0x1p-126, 0x1p-133};
+  static constexpr DTypeInfo info{.dtype = DType::kFloat16, .name = "float16", .safetensors_name = "F16", .size = 2,
+                                  .is_floating = true, .is_low_precision = true, .promotion_rank = 1,
+                                  .eps = 0x1p-10, .max = 65504.0, .min_normal = 0x1p-14, .min_subnormal = 0x1p-24};
 };
 template <> struct DTypeTraits<DType::kFloat64> {
   using Storage = double;
   using Compute = double;
-  static constexpr DTypeInfo info{"float64", "F64", 8, true, false, 3, 0x1p-52,
-                                  0x1.fffffffffffffp+1023, 0x1p-1022, 0x1p-1074};
+  static constexpr DTypeInfo info{.dtype = DType::kFloat64, .name = "float64", .safetensors_name = "F64", .size = 8,
+                                  .is_floating = true, .is_low_precision = false, .promotion_rank = 3,
+                                  .eps = 0x1p-52, .max = 0x1.fffffffffffffp+1023, .min_normal = 0x1p-1022,
+                                  .min_subnormal = 0x1p-1074};
 };
 /// Labels, token ids and indices: never differentiable, never autocast.
 template <> struct DTypeTraits<DType::kInt64> {
   using Storage = int64_t;
   using Compute = int64_t;
-  static constexpr DTypeInfo info{"int64", "I64", 8, false, false, 0, 1.0, 0x1p63, 1.0, 1.0};
+  static constexpr DTypeInfo info{.dtype = DType::kInt64, .name = "int64", .safetensors_name = "I64", .size = 8,
+                                  .is_floating = false, .is_low_precision = false, .promotion_rank = 0, .eps = 1.0,
+                                  .max = 0x1p63, .min_normal = 1.0, .min_subnormal = 1.0};
+};
+/// float32's exponent range with 8 significand bits: no underflow trouble, coarse steps.
+template <> struct DTypeTraits<DType::kBFloat16> {
+  using Storage = BFloat16;
+  using Compute = float;
+  static constexpr DTypeInfo info{.dtype = DType::kBFloat16, .name = "bfloat16", .safetensors_name = "BF16", .size = 2,
+                                  .is_floating = true, .is_low_precision = true, .promotion_rank = 1,
+                                  .eps = 0x1p-7, .max = 0x1.fep+127, .min_normal = 0x1p-126, .min_subnormal = 0x1p-133};
 };
 
-inline constexpr std::array<DTypeInfo, kNumDTypes> kDTypeTable = {
-    DTypeTraits<DType::kFloat32>::info, DTypeTraits<DType::kFloat16>::info, DTypeTraits<DType::kFloat64>::info,
-    DTypeTraits<DType::kInt64>::info, DTypeTraits<DType::kBFloat16>::info};
-inline constexpr std::array<DType, kNumDTypes> kAllDTypes = {DType::kFloat32, DType::kFloat16, DType::kFloat64,
-                                                             DType::kInt64, DType::kBFloat16};
+namespace detail {
+template <size_t I>
+constexpr DTypeInfo row_of() {
+  return DTypeTraits<static_cast<DType>(I)>::info;
+}
+template <size_t... I>
+constexpr std::array<DTypeInfo, kNumDTypes> make_dtype_table(std::index_sequence<I...>) {
+  return {row_of<I>()...};
+}
+// The dtypes whose row passes `keep`, in table order (N of them: count_dtypes(keep)).
+template <typename Keep>
+constexpr size_t count_dtypes(const std::array<DTypeInfo, kNumDTypes>& table, Keep keep) {
+  size_t n = 0;
+  for (const DTypeInfo& info : table) n += keep(info) ? 1 : 0;
+  return n;
+}
+template <size_t N, typename Keep>
+constexpr std::array<DType, N> filter_dtypes(const std::array<DTypeInfo, kNumDTypes>& table, Keep keep) {
+  std::array<DType, N> out{};
+  size_t n = 0;
+  for (const DTypeInfo& info : table) {
+    if (keep(info)) out[n++] = info.dtype;
+  }
+  return out;
+}
+}  // namespace detail
+
+/// Every row, indexed by the enumerator.
+inline constexpr std::array<DTypeInfo, kNumDTypes> kDTypeTable =
+    detail::make_dtype_table(std::make_index_sequence<kNumDTypes>{});
+
+constexpr bool table_follows_enum() {
+  for (size_t i = 0; i < kNumDTypes; ++i) {
+    if (static_cast<size_t>(kDTypeTable[i].dtype) != i) return false;
+  }
+  return true;
+}
+static_assert(table_follows_enum(), "each DTypeTraits row must name its own enumerator");
+
+namespace detail {
+inline constexpr auto kAnyRow = [](const DTypeInfo&) { return true; };
+inline constexpr auto kFloatingRow = [](const DTypeInfo& info) { return info.is_floating; };
+inline constexpr auto kLowPrecisionRow = [](const DTypeInfo& info) { return info.is_low_precision; };
+}  // namespace detail
+
+inline constexpr auto kAllDTypes =
+    detail::filter_dtypes<detail::count_dtypes(kDTypeTable, detail::kAnyRow)>(kDTypeTable, detail::kAnyRow);
 /// The dtypes ops compute in (every op runs in each of them): what the op tests iterate.
-inline constexpr std::array<DType, 4> kFloatingDTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
-                                                         DType::kFloat64};
+inline constexpr auto kFloatingDTypes =
+    detail::filter_dtypes<detail::count_dtypes(kDTypeTable, detail::kFloatingRow)>(kDTypeTable, detail::kFloatingRow);
 /// The 16-bit floats: autocast dtypes, stored with FP32 masters.
-inline constexpr std::array<DType, 2> kLowPrecisionDTypes = {DType::kFloat16, DType::kBFloat16};
+inline constexpr auto kLowPrecisionDTypes = detail::filter_dtypes<detail::count_dtypes(
+    kDTypeTable, detail::kLowPrecisionRow)>(kDTypeTable, detail::kLowPrecisionRow);
 
 constexpr const DTypeInfo& dtype_info(DType dtype) { return kDTypeTable[static_cast<size_t>(dtype)]; }
 
@@ -110,17 +166,37 @@ std::ostream& operator<<(std::ostream& out, DType dtype);
 
 template <DType D> using StorageType = typename DTypeTraits<D>::Storage;
 
+namespace detail {
+// fn(StorageType<D>{}) for the row D == dtype among rows I.. of the table that Keep keeps, else
+// (no such row) for kFallback's. fn is instantiated only for the rows kept and the fallback.
+template <size_t I, DType kFallback, typename Keep, typename Fn>
+decltype(auto) visit_rows(DType dtype, Fn&& fn) {
+  if constexpr (I == kNumDTypes) {
+    return fn(StorageType<kFallback>{});
+  } else if constexpr (!Keep{}(kDTypeTable[I])) {
+    return visit_rows<I + 1, kFallback, Keep>(dtype, std::forward<Fn>(fn));
+  } else {
+    constexpr DType row = kDTypeTable[I].dtype;
+    if (dtype == row) return fn(StorageType<row>{});
+    return visit_rows<I + 1, kFallback, Keep>(dtype, std::forward<Fn>(fn));
+  }
+}
+// The dtype whose row stores T (kNumDTypes' worth of rows searched at compile time).
+template <typename T, size_t I = 0>
+constexpr DType dtype_storing() {
+  static_assert(I < kNumDTypes, "no dtype row stores this type");
+  if constexpr (std::is_same_v<typename DTypeTraits<kDTypeTable[I].dtype>::Storage, T>) {
+    return kDTypeTable[I].dtype;
+  } else {
+    return dtype_storing<T, I + 1>();
+  }
+}
+}  // namespace detail
+
 /// Calls fn(T{}) with T the storage type of `dtype`, for every dtype (copies, conversions, fills).
 template <typename Fn>
 decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat32: return fn(StorageType<DType::kFloat32>{});
-    case DType::kFloat16: return fn(StorageType<DType::kFloat16>{});
-    case DType::kFloat64: return fn(StorageType<DType::kFloat64>{});
-    case DType::kInt64: return fn(StorageType<DType::kInt64>{});
-    case DType::kBFloat16: return fn(StorageType<DType::kBFloat16>{});
-  }
-  return fn(float{});  // unreachable: every enumerator is handled above
+  return detail::visit_rows<0, DType::kFloat32, decltype(detail::kAnyRow)>(dtype, std::forward<Fn>(fn));
 }
 
 /// Calls fn(T{}) for a floating dtype (math kernels); an integer dtype never reaches a math kernel
@@ -128,23 +204,14 @@ decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
 /// kernel for integers.
 template <typename Fn>
 decltype(auto) visit_floating_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat16: return fn(StorageType<DType::kFloat16>{});
-    case DType::kBFloat16: return fn(StorageType<DType::kBFloat16>{});
-    case DType::kFloat64: return fn(StorageType<DType::kFloat64>{});
-    default: return fn(StorageType<DType::kFloat32>{});
-  }
+  return detail::visit_rows<0, DType::kFloat32, decltype(detail::kFloatingRow)>(dtype, std::forward<Fn>(fn));
 }
 
 /// The dtype and compute type of a storage type: DTypeOf<Half> is kFloat16, ComputeType<Half> float.
-template <typename T> struct StorageTraits;
-template <> struct StorageTraits<float> : DTypeTraits<DType::kFloat32> { static constexpr DType kDType = DType::kFloat32; };
-template <> struct StorageTraits<Half> : DTypeTraits<DType::kFloat16> { static constexpr DType kDType = DType::kFloat16; };
-template <> struct StorageTraits<BFloat16> : DTypeTraits<DType::kBFloat16> {
-  static constexpr DType kDType = DType::kBFloat16;
+template <typename T>
+struct StorageTraits : DTypeTraits<detail::dtype_storing<T>()> {
+  static constexpr DType kDType = detail::dtype_storing<T>();
 };
-template <> struct StorageTraits<double> : DTypeTraits<DType::kFloat64> { static constexpr DType kDType = DType::kFloat64; };
-template <> struct StorageTraits<int64_t> : DTypeTraits<DType::kInt64> { static constexpr DType kDType = DType::kInt64; };
 template <typename T> inline constexpr DType kDTypeOf = StorageTraits<T>::kDType;
 template <typename T> using ComputeType = typename StorageTraits<T>::Compute;
 /// Whether T is a 16-bit float storage type (Half, BFloat16): kernels widen it to float in blocks.
