@@ -7,6 +7,7 @@
 #include "ops/elementwise_kernels.h"
 #include "ops/reduce_kernels.h"
 #include "ops/strided.h"
+#include "ops/unary_math.h"
 #include "ops/ops.h"
 
 namespace ampgrad::ops {
@@ -98,24 +99,12 @@ struct Binary {
   }
 };
 
-// The unary ops of unary_math.h: each one's name and autocast policy (PyTorch's lists: exp and
-// log run in float32; the activations in their input's dtype, computed in float).
-constexpr OpInfo unary_info(kernels::UnaryOp op) {
-  switch (op) {
-    case kernels::UnaryOp::kGelu: return {"gelu", CastPolicy::kNone};
-    case kernels::UnaryOp::kGeluTanh: return {"gelu(tanh)", CastPolicy::kNone};
-    case kernels::UnaryOp::kTanh: return {"tanh", CastPolicy::kNone};
-    case kernels::UnaryOp::kSigmoid: return {"sigmoid", CastPolicy::kNone};
-    case kernels::UnaryOp::kExp: return {"exp", CastPolicy::kFloat32};
-    case kernels::UnaryOp::kLog: return {"log", CastPolicy::kFloat32};
-  }
-  return {"unary", CastPolicy::kNone};
-}
-
 // y = f(x); dx = f'(x) dy from x and y (the output is saved detached: no reference cycle).
-template <kernels::UnaryOp op>
+// Formula is one of unary_math.h's: it names the op and gives its autocast policy.
+template <typename Formula>
 struct Unary {
-  static constexpr OpInfo kInfo = unary_info(op);
+  static constexpr OpInfo kInfo = Formula::kInfo;
+  static constexpr kernels::UnaryOp op = kernels::unary_op<Formula>();
 
   void check(const Tensor& x) const { AG_CHECK(x.defined(), kInfo.name, ": input is undefined"); }
 
@@ -203,13 +192,13 @@ Tensor mul(const Tensor& a, const Tensor& b) { return dispatch(Binary<kernels::B
 Tensor div(const Tensor& a, const Tensor& b) { return dispatch(Binary<kernels::BinaryOp::kDiv>{}, a, b); }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
-  if (approximate == GeluApproximation::kTanh) return dispatch(Unary<kernels::UnaryOp::kGeluTanh>{}, x);
-  return dispatch(Unary<kernels::UnaryOp::kGelu>{}, x);
+  if (approximate == GeluApproximation::kTanh) return dispatch(Unary<kernels::GeluTanh>{}, x);
+  return dispatch(Unary<kernels::GeluExact>{}, x);
 }
-Tensor tanh(const Tensor& x) { return dispatch(Unary<kernels::UnaryOp::kTanh>{}, x); }
-Tensor sigmoid(const Tensor& x) { return dispatch(Unary<kernels::UnaryOp::kSigmoid>{}, x); }
-Tensor exp(const Tensor& x) { return dispatch(Unary<kernels::UnaryOp::kExp>{}, x); }
-Tensor log(const Tensor& x) { return dispatch(Unary<kernels::UnaryOp::kLog>{}, x); }
+Tensor tanh(const Tensor& x) { return dispatch(Unary<kernels::Tanh>{}, x); }
+Tensor sigmoid(const Tensor& x) { return dispatch(Unary<kernels::Sigmoid>{}, x); }
+Tensor exp(const Tensor& x) { return dispatch(Unary<kernels::Exp>{}, x); }
+Tensor log(const Tensor& x) { return dispatch(Unary<kernels::Log>{}, x); }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   AG_CHECK(x.defined(), "dropout: input is undefined");

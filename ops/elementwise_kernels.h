@@ -38,8 +38,9 @@ inline void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   AG_ON_BACKEND(dx.device(), relu_backward, x, dy, dx);
 }
 
-// The unary ops whose formulas are in unary_math.h (one place for both backends).
-enum class UnaryOp : uint8_t { kGelu, kGeluTanh, kTanh, kSigmoid, kExp, kLog };
+// A unary op whose formula is in unary_math.h (one place for both backends): the formula's index
+// in UnaryFormulas there, as unary_op<Formula>() gives it.
+enum class UnaryOp : uint8_t {};
 
 // y = f(x), same shape.
 namespace cpu { void unary(UnaryOp op, const Tensor& x, Tensor& y); }
