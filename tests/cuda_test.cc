@@ -69,9 +69,7 @@ TEST_P(CudaOpTest, MatchesReferenceAndCpu) {
 INSTANTIATE_TEST_SUITE_P(Ops, CudaOpTest,
                          ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
                                             ::testing::ValuesIn(ag::kFloatingDTypes)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
-                         });
+                         agt::row_and_dtype_name);
 
 TEST(CudaTest, CrossEntropyAtLargeLogitOffsetsKeepsFloat32Precision) {
   SKIP_WITHOUT_CUDA();
@@ -91,9 +89,7 @@ TEST_P(CudaZeroSizeTest, GivesPyTorchsShapeAndEmptyOrZeroGradients) {
 INSTANTIATE_TEST_SUITE_P(Ops, CudaZeroSizeTest,
                          ::testing::Combine(::testing::ValuesIn(agt::zero_size_cases()),
                                             ::testing::ValuesIn(ag::kFloatingDTypes)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
-                         });
+                         agt::row_and_dtype_name);
 
 TEST(CudaTest, AvailabilityQueryNeverCrashes) {
   // Runs everywhere: with no driver (error 35) or no device this is false, quietly, with a reason.

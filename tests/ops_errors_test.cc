@@ -134,8 +134,6 @@ TEST_P(ZeroSizeTest, GivesPyTorchsShapeAndEmptyOrZeroGradients) {
 INSTANTIATE_TEST_SUITE_P(Ops, ZeroSizeTest,
                          ::testing::Combine(::testing::ValuesIn(ag::test::zero_size_cases()),
                                             ::testing::ValuesIn(ag::kFloatingDTypes)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
-                         });
+                         ag::test::row_and_dtype_name);
 
 }  // namespace

@@ -30,9 +30,6 @@ using agt::Values;
 namespace {
 
 std::string case_name(const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; }
-std::string case_dtype_name(const ::testing::TestParamInfo<std::tuple<OpCase, DType>>& info) {
-  return std::get<0>(info.param).name + "_" + std::string(ag::dtype_name(std::get<1>(info.param)));
-}
 
 class OpDtypeTest : public ::testing::TestWithParam<std::tuple<OpCase, DType>> {};
 
@@ -50,7 +47,7 @@ TEST_P(OpDtypeTest, ForwardMatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Ops, OpDtypeTest,
                          ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
                                             ::testing::ValuesIn(ag::kFloatingDTypes)),
-                         case_dtype_name);
+                         agt::row_and_dtype_name);
 
 class OpTest : public ::testing::TestWithParam<OpCase> {};
 
@@ -80,7 +77,7 @@ TEST_P(OpLowPrecisionTest, MatchesFloat32) {
 INSTANTIATE_TEST_SUITE_P(Ops, OpLowPrecisionTest,
                          ::testing::Combine(::testing::ValuesIn(agt::op_cases()),
                                             ::testing::ValuesIn(ag::kLowPrecisionDTypes)),
-                         case_dtype_name);
+                         agt::row_and_dtype_name);
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,12 @@
 #include "ops/ops.h"
 
 namespace ampgrad::test {
+
+/// The name of a (row, dtype) test parameter, "<row name>_<dtype>", for INSTANTIATE_TEST_SUITE_P
+/// over a table of rows (anything with a `name`) and dtypes.
+inline constexpr auto row_and_dtype_name = [](const auto& info) {
+  return std::get<0>(info.param).name + "_" + std::string(dtype_name(std::get<1>(info.param)));
+};
 
 // ---- Tolerances ------------------------------------------------------------------------------
 
