@@ -90,50 +90,55 @@ template <size_t... I>
 constexpr std::array<DTypeInfo, kNumDTypes> make_dtype_table(std::index_sequence<I...>) {
   return {row_of<I>()...};
 }
-// The dtypes whose row passes `keep`, in table order (N of them: count_dtypes(keep)).
-template <typename Keep>
-constexpr size_t count_dtypes(const std::array<DTypeInfo, kNumDTypes>& table, Keep keep) {
-  size_t n = 0;
-  for (const DTypeInfo& info : table) n += keep(info) ? 1 : 0;
-  return n;
-}
-template <size_t N, typename Keep>
-constexpr std::array<DType, N> filter_dtypes(const std::array<DTypeInfo, kNumDTypes>& table, Keep keep) {
-  std::array<DType, N> out{};
-  size_t n = 0;
-  for (const DTypeInfo& info : table) {
-    if (keep(info)) out[n++] = info.dtype;
-  }
-  return out;
-}
+// Whether the enumerator with value kNumDTypes has a row: then kNumDTypes was not raised with it.
+template <DType D, typename = void> inline constexpr bool kHasRow = false;
+template <DType D> inline constexpr bool kHasRow<D, std::void_t<decltype(DTypeTraits<D>::info)>> = true;
 }  // namespace detail
+static_assert(!detail::kHasRow<static_cast<DType>(kNumDTypes)>, "a DTypeTraits row past kNumDTypes: raise kNumDTypes");
 
 /// Every row, indexed by the enumerator.
 inline constexpr std::array<DTypeInfo, kNumDTypes> kDTypeTable =
     detail::make_dtype_table(std::make_index_sequence<kNumDTypes>{});
 
+namespace detail {
 constexpr bool table_follows_enum() {
   for (size_t i = 0; i < kNumDTypes; ++i) {
     if (static_cast<size_t>(kDTypeTable[i].dtype) != i) return false;
   }
   return true;
 }
-static_assert(table_follows_enum(), "each DTypeTraits row must name its own enumerator");
-
-namespace detail {
-inline constexpr auto kAnyRow = [](const DTypeInfo&) { return true; };
-inline constexpr auto kFloatingRow = [](const DTypeInfo& info) { return info.is_floating; };
-inline constexpr auto kLowPrecisionRow = [](const DTypeInfo& info) { return info.is_low_precision; };
+// Whether row `info` has the flag kFlag (every row has the null flag).
+template <bool DTypeInfo::*kFlag>
+constexpr bool has_flag(const DTypeInfo& info) {
+  if constexpr (kFlag == nullptr) {
+    return true;
+  } else {
+    return info.*kFlag;
+  }
+}
+// The dtypes whose row has the flag kFlag (all of them for nullptr), in table order.
+template <bool DTypeInfo::*kFlag = nullptr>
+constexpr auto dtypes_where() {
+  constexpr size_t kCount = [] {
+    size_t n = 0;
+    for (const DTypeInfo& info : kDTypeTable) n += has_flag<kFlag>(info) ? 1 : 0;
+    return n;
+  }();
+  std::array<DType, kCount> out{};
+  size_t n = 0;
+  for (const DTypeInfo& info : kDTypeTable) {
+    if (has_flag<kFlag>(info)) out[n++] = info.dtype;
+  }
+  return out;
+}
 }  // namespace detail
+static_assert(detail::table_follows_enum(), "each DTypeTraits row must name its own enumerator");
 
-inline constexpr auto kAllDTypes =
-    detail::filter_dtypes<detail::count_dtypes(kDTypeTable, detail::kAnyRow)>(kDTypeTable, detail::kAnyRow);
+inline constexpr auto kAllDTypes = detail::dtypes_where();
 /// The dtypes ops compute in (every op runs in each of them): what the op tests iterate.
-inline constexpr auto kFloatingDTypes =
-    detail::filter_dtypes<detail::count_dtypes(kDTypeTable, detail::kFloatingRow)>(kDTypeTable, detail::kFloatingRow);
+inline constexpr auto kFloatingDTypes = detail::dtypes_where<&DTypeInfo::is_floating>();
 /// The 16-bit floats: autocast dtypes, stored with FP32 masters.
-inline constexpr auto kLowPrecisionDTypes = detail::filter_dtypes<detail::count_dtypes(
-    kDTypeTable, detail::kLowPrecisionRow)>(kDTypeTable, detail::kLowPrecisionRow);
+inline constexpr auto kLowPrecisionDTypes = detail::dtypes_where<&DTypeInfo::is_low_precision>();
 
 constexpr const DTypeInfo& dtype_info(DType dtype) { return kDTypeTable[static_cast<size_t>(dtype)]; }
 
@@ -167,36 +172,54 @@ std::ostream& operator<<(std::ostream& out, DType dtype);
 template <DType D> using StorageType = typename DTypeTraits<D>::Storage;
 
 namespace detail {
-// fn(StorageType<D>{}) for the row D == dtype among rows I.. of the table that Keep keeps, else
-// (no such row) for kFallback's. fn is instantiated only for the rows kept and the fallback.
-template <size_t I, DType kFallback, typename Keep, typename Fn>
+// fn(StorageType<D>{}) for the row D == dtype among rows I.. of the table that have the flag
+// kFlag, else for kFallback's (whose own row is left to this fallback, so fn is instantiated
+// once for it). fn is instantiated only for those rows and the fallback.
+template <size_t I, DType kFallback, bool DTypeInfo::*kFlag, typename Fn>
 decltype(auto) visit_rows(DType dtype, Fn&& fn) {
   if constexpr (I == kNumDTypes) {
     return fn(StorageType<kFallback>{});
-  } else if constexpr (!Keep{}(kDTypeTable[I])) {
-    return visit_rows<I + 1, kFallback, Keep>(dtype, std::forward<Fn>(fn));
+  } else if constexpr (!has_flag<kFlag>(kDTypeTable[I]) || kDTypeTable[I].dtype == kFallback) {
+    return visit_rows<I + 1, kFallback, kFlag>(dtype, std::forward<Fn>(fn));
   } else {
     constexpr DType row = kDTypeTable[I].dtype;
     if (dtype == row) return fn(StorageType<row>{});
-    return visit_rows<I + 1, kFallback, Keep>(dtype, std::forward<Fn>(fn));
+    return visit_rows<I + 1, kFallback, kFlag>(dtype, std::forward<Fn>(fn));
   }
 }
-// The dtype whose row stores T (kNumDTypes' worth of rows searched at compile time).
+// How many rows store T, and (where one does) which.
+template <typename T, size_t I = 0>
+constexpr size_t rows_storing() {
+  if constexpr (I == kNumDTypes) {
+    return 0;
+  } else {
+    return (std::is_same_v<StorageType<static_cast<DType>(I)>, T> ? 1 : 0) + rows_storing<T, I + 1>();
+  }
+}
 template <typename T, size_t I = 0>
 constexpr DType dtype_storing() {
-  static_assert(I < kNumDTypes, "no dtype row stores this type");
-  if constexpr (std::is_same_v<typename DTypeTraits<kDTypeTable[I].dtype>::Storage, T>) {
-    return kDTypeTable[I].dtype;
+  if constexpr (I + 1 == kNumDTypes || std::is_same_v<StorageType<static_cast<DType>(I)>, T>) {
+    return static_cast<DType>(I);
   } else {
     return dtype_storing<T, I + 1>();
   }
 }
+// Each row's storage type is its own (kDTypeOf could not tell two rows apart otherwise).
+template <size_t I = 0>
+constexpr bool storage_types_are_distinct() {
+  if constexpr (I == kNumDTypes) {
+    return true;
+  } else {
+    return rows_storing<StorageType<static_cast<DType>(I)>>() == 1 && storage_types_are_distinct<I + 1>();
+  }
+}
 }  // namespace detail
+static_assert(detail::storage_types_are_distinct(), "two dtype rows share a storage type");
 
 /// Calls fn(T{}) with T the storage type of `dtype`, for every dtype (copies, conversions, fills).
 template <typename Fn>
 decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
-  return detail::visit_rows<0, DType::kFloat32, decltype(detail::kAnyRow)>(dtype, std::forward<Fn>(fn));
+  return detail::visit_rows<0, DType::kFloat32, nullptr>(dtype, std::forward<Fn>(fn));
 }
 
 /// Calls fn(T{}) for a floating dtype (math kernels); an integer dtype never reaches a math kernel
@@ -204,12 +227,15 @@ decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
 /// kernel for integers.
 template <typename Fn>
 decltype(auto) visit_floating_dtype(DType dtype, Fn&& fn) {
-  return detail::visit_rows<0, DType::kFloat32, decltype(detail::kFloatingRow)>(dtype, std::forward<Fn>(fn));
+  return detail::visit_rows<0, DType::kFloat32, &DTypeInfo::is_floating>(dtype, std::forward<Fn>(fn));
 }
 
 /// The dtype and compute type of a storage type: DTypeOf<Half> is kFloat16, ComputeType<Half> float.
+/// Incomplete for a type no row stores, so overloads on ComputeType<T> drop out for it.
+template <typename T> struct StorageTraits;
 template <typename T>
-struct StorageTraits : DTypeTraits<detail::dtype_storing<T>()> {
+  requires(detail::rows_storing<T>() == 1)
+struct StorageTraits<T> : DTypeTraits<detail::dtype_storing<T>()> {
   static constexpr DType kDType = detail::dtype_storing<T>();
 };
 template <typename T> inline constexpr DType kDTypeOf = StorageTraits<T>::kDType;

@@ -67,10 +67,18 @@ TEST(DTypeTable, NamesAndClasses) {
   EXPECT_TRUE(ag::is_low_precision(DType::kBFloat16));
   EXPECT_FALSE(ag::is_low_precision(DType::kFloat32));
   EXPECT_FALSE(ag::is_low_precision(DType::kFloat64));
-  for (DType dtype : ag::kAllDTypes) {  // the list of 16-bit floats agrees with the table
-    const bool listed = std::find(ag::kLowPrecisionDTypes.begin(), ag::kLowPrecisionDTypes.end(), dtype) !=
-                        ag::kLowPrecisionDTypes.end();
-    EXPECT_EQ(listed, ag::is_low_precision(dtype)) << dtype;
+  // The lists derived from the rows' flags hold exactly the dtypes they are meant to, in table order.
+  EXPECT_EQ(std::vector<DType>(ag::kAllDTypes.begin(), ag::kAllDTypes.end()),
+            (std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kInt64, DType::kBFloat16}));
+  EXPECT_EQ(std::vector<DType>(ag::kFloatingDTypes.begin(), ag::kFloatingDTypes.end()),
+            (std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kBFloat16}));
+  EXPECT_EQ(std::vector<DType>(ag::kLowPrecisionDTypes.begin(), ag::kLowPrecisionDTypes.end()),
+            (std::vector<DType>{DType::kFloat16, DType::kBFloat16}));
+  // The visitors reach each dtype's storage type; an integer falls back to float for math kernels.
+  for (DType dtype : ag::kAllDTypes) {
+    EXPECT_EQ(ag::visit_dtype(dtype, [](auto t) { return ag::kDTypeOf<decltype(t)>; }), dtype);
+    EXPECT_EQ(ag::visit_floating_dtype(dtype, [](auto t) { return ag::kDTypeOf<decltype(t)>; }),
+              ag::is_floating(dtype) ? dtype : DType::kFloat32);
   }
 }
 
