@@ -18,6 +18,7 @@
 #include "cuda_test_util.h"
 #include "op_cases.h"
 #include "precision_cases.h"
+#include "reference.h"
 #include "zero_size_cases.h"
 #include "test_util.h"
 

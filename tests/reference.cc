@@ -35,6 +35,28 @@ int64_t broadcast_index(const std::vector<int64_t>& index, const Shape& shape) {
 
 }  // namespace
 
+Values matmul_ref(const Values& a, const Values& b, int64_t m, int64_t k, int64_t n) {
+  Values c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) {
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] += a[i * k + p] * b[p * n + j];
+    }
+  }
+  return c;
+}
+
+Values linear_ref(const Values& x, const Values& w, const Values& b, int64_t n, int64_t in, int64_t out) {
+  Values y(static_cast<size_t>(n * out), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = b.empty() ? 0.0 : b[o];
+      for (int64_t p = 0; p < in; ++p) acc += x[i * in + p] * w[o * in + p];
+      y[i * out + o] = acc;
+    }
+  }
+  return y;
+}
+
 Shape broadcast_ref_shape(const Shape& a, const Shape& b) {
   const size_t rank = std::max(a.size(), b.size());
   Shape out(rank);

@@ -1,5 +1,6 @@
 // Float64 reference implementations of the ops, written the plainest way (index by index over
-// row-major data), for the op-case table. They share no code with the library.
+// row-major data), for the op-case table and every test that checks an op's values. They share no
+// code with the library.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,10 @@ Values cross_entropy_ref(const Values& scores, int64_t classes, const std::vecto
                          double eps, bool log_probs = false);
 /// layer norm of each row of `cols` values, with weight and bias (empty: 1 and 0).
 Values layer_norm_ref(const Values& x, int64_t cols, const Values& w, const Values& b, double eps);
+/// c[m,n] = a[m,k] b[k,n], row-major.
+Values matmul_ref(const Values& a, const Values& b, int64_t m, int64_t k, int64_t n);
+/// y[n,out] = x[n,in] w[out,in]^T + b[out] (b empty: no bias).
+Values linear_ref(const Values& x, const Values& w, const Values& b, int64_t n, int64_t in, int64_t out);
 /// Batched a @ b: a [..., m, k] and b [..., k, n] with broadcast batch dimensions.
 Values batched_matmul_ref(const Values& a, const Shape& a_shape, const Values& b, const Shape& b_shape);
 

@@ -1,6 +1,6 @@
 // The helpers every test shares: dtype-aware closeness checks, expected-error checks, reproducible
-// random values, float64 reference math, byte snapshots, and a finite-difference gradient-check
-// harness (every comparison in float64).
+// random values, byte snapshots, and a finite-difference gradient-check harness (every comparison
+// in float64). The float64 reference math of the ops has its one home in reference.h.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -154,33 +154,7 @@ inline std::vector<uint8_t> bytes_of(const Tensor& t) {
   return out;
 }
 
-// ---- Reference math in double ----------------------------------------------------------------
-
-/// c[m,n] = a[m,k] b[k,n], row-major.
-inline std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t m,
-                                      int64_t k, int64_t n) {
-  std::vector<double> c(static_cast<size_t>(m * n), 0.0);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t p = 0; p < k; ++p) {
-      for (int64_t j = 0; j < n; ++j) c[i * n + j] += a[i * k + p] * b[p * n + j];
-    }
-  }
-  return c;
-}
-
-/// y[n,out] = x[n,in] w[out,in]^T + b[out] (b empty: no bias).
-inline std::vector<double> linear_ref(const std::vector<double>& x, const std::vector<double>& w,
-                                      const std::vector<double>& b, int64_t n, int64_t in, int64_t out) {
-  std::vector<double> y(static_cast<size_t>(n * out), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t o = 0; o < out; ++o) {
-      double acc = b.empty() ? 0.0 : b[o];
-      for (int64_t p = 0; p < in; ++p) acc += x[i * in + p] * w[o * in + p];
-      y[i * out + o] = acc;
-    }
-  }
-  return y;
-}
+// ---- Random values ---------------------------------------------------------------------------
 
 /// Deterministic values uniform in [lo, hi) from a local engine (leaves the global generator alone).
 inline std::vector<double> random_values(size_t n, double lo, double hi, uint64_t seed) {
