@@ -86,7 +86,7 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
       outs.push_back(master_grad);
     }
   }
-  // With statistics due, the same pass also measures every gradient (unscale_measure.cc). Every
+  // With statistics due, the same pass also measures every gradient (unscale_kernels.h). Every
   // rank of a data-parallel job must take the same decision, or their weights diverge: the
   // installed hook (if any) makes the flag the OR over all processes, also for a rank whose own
   // gradients were clean or that had none.

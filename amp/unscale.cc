@@ -1,100 +1,105 @@
-// Unscale + non-finite check in one pass: a loop on CPU, the fused multi-tensor kernel on CUDA.
+// The scaler's pass over a list of gradients: the checks, then each device's tensors in one call
+// of the unscale kernel family (unscale_kernels.h), so CUDA gradients share one launch and one sync.
 #include "amp/unscale.h"
 
-#include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <limits>
+#include <array>
 
+#include "amp/unscale_kernels.h"
 #include "framework/error.h"
-#include "framework/parallel.h"
 
 namespace ampgrad::amp {
 
 namespace {
 
-// The arguments are unused in a CPU-only build, where require_backend throws.
-bool unscale_cuda([[maybe_unused]] const std::vector<Tensor>& grads, [[maybe_unused]] double inv_scale,
-                  [[maybe_unused]] std::vector<Tensor>& outs) {
-  require_backend(Device::kCUDA, "GradScaler::unscale_");
-#if defined(AMPGRAD_WITH_CUDA)
-  Tensor found_inf = zeros({1}, DType::kFloat32, Device::kCUDA);
-  cuda::unscale_and_check_multi(grads, inv_scale, outs, found_inf);
-  // The one host sync of a CUDA training step: GradScaler::step must return whether it stepped
-  // (a bool on the host), so the device flag is read back here, once per optimizer per iteration.
-  return found_inf.item() != 0.0f;
-#endif
-  return false;
+void check_output(const Tensor& grad, const Tensor& out) {
+  AG_CHECK(out.dtype() == DType::kFloat32 && out.numel() == grad.numel(), "unscale: output ", out.to_string(),
+           " must be float32 with ", grad.numel(), " elements");
+  AG_CHECK(grad.device() == out.device(), "unscale: gradient ", grad.to_string(), " and output ", out.to_string(),
+           " are on different devices");
 }
 
-}  // namespace
+// One device's share of a list: the tensors and where they sit in the list.
+struct DeviceShare {
+  std::vector<size_t> positions;
+  std::vector<Tensor> grads;
+  std::vector<Tensor> outs;
+};
 
-bool unscale_and_check_all(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs) {
-  AG_CHECK(grads.size() == outs.size(), "unscale: ", grads.size(), " gradients but ", outs.size(), " outputs");
-  bool found_inf = false;
-  std::vector<Tensor> cuda_grads, cuda_outs;
+std::array<DeviceShare, kNumDevices> split_by_device(const std::vector<Tensor>& grads, std::vector<Tensor>* outs) {
+  std::array<DeviceShare, kNumDevices> shares;
   for (size_t k = 0; k < grads.size(); ++k) {
-    if (grads[k].device() == Device::kCUDA) {
-      cuda_grads.push_back(grads[k]);
-      cuda_outs.push_back(outs[k]);
-    } else {
-      found_inf |= unscale_and_check(grads[k], inv_scale, outs[k]);
+    DeviceShare& share = shares[device_index(grads[k].device())];
+    share.positions.push_back(k);
+    share.grads.push_back(grads[k]);
+    if (outs != nullptr) share.outs.push_back((*outs)[k]);
+  }
+  return shares;
+}
+
+bool measure_list(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>* outs,
+                  const FormatTable& formats, std::vector<GradCounts>& counts) {
+  AG_CHECK(outs == nullptr || outs->size() == grads.size(), "unscale: ", grads.size(), " gradients but ",
+           outs->size(), " outputs");
+  AG_CHECK(formats.count >= 0 && formats.count <= kMaxFormats, "gradient statistics: ", formats.count,
+           " formats (at most ", kMaxFormats, ")");
+  if (outs != nullptr) {
+    for (size_t k = 0; k < grads.size(); ++k) {
+      const Tensor& out = (*outs)[k];
+      AG_CHECK(out.dtype() == DType::kFloat32 && out.numel() == grads[k].numel() &&
+                   out.device() == grads[k].device(),
+               "unscale: output ", out.to_string(), " must be float32 with ", grads[k].numel(),
+               " elements on the gradient's device (gradient ", grads[k].to_string(), ")");
     }
   }
-  if (!cuda_grads.empty()) found_inf |= unscale_cuda(cuda_grads, inv_scale, cuda_outs);
-  return found_inf;
-}
-
-namespace {
-
-// o = g * inv_scale (in double, rounded once to float); true if any result is inf or NaN. No
-// early exit and no branch, so it vectorises: |v| <= FLT_MAX is false exactly for inf and NaN.
-template <typename T>
-bool unscale_values(const T* g, int64_t n, double inv_scale, float* o) {
-  int bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(static_cast<double>(g[i]) * inv_scale);
-    bad |= !(std::fabs(v) <= std::numeric_limits<float>::max());
-    o[i] = v;
+  counts.assign(grads.size(), GradCounts{});
+  bool found_inf = false;
+  std::array<DeviceShare, kNumDevices> shares = split_by_device(grads, outs);
+  for (Device device : kAllDevices) {
+    DeviceShare& share = shares[device_index(device)];
+    if (share.grads.empty()) continue;
+    std::vector<GradCounts> share_counts(share.grads.size());
+    found_inf |= kernels::unscale_check_and_measure(device, share.grads, inv_scale,
+                                                    outs != nullptr ? &share.outs : nullptr, formats,
+                                                    share_counts.data());
+    for (size_t i = 0; i < share.positions.size(); ++i) counts[share.positions[i]] = share_counts[i];
   }
-  return bad != 0;
+  return found_inf;
 }
 
 }  // namespace
 
 bool unscale_and_check(const Tensor& grad, double inv_scale, Tensor& out) {
-  AG_CHECK(out.dtype() == DType::kFloat32 && out.numel() == grad.numel(), "unscale: output ", out.to_string(),
-           " must be float32 with ", grad.numel(), " elements");
-  AG_CHECK(grad.device() == out.device(), "unscale: gradient ", grad.to_string(), " and output ", out.to_string(),
-           " are on different devices");
-  if (grad.device() == Device::kCUDA) {
-    std::vector<Tensor> outs{out};
-    return unscale_cuda({grad}, inv_scale, outs);
+  std::vector<Tensor> outs{out};
+  return unscale_and_check_all({grad}, inv_scale, outs);
+}
+
+bool unscale_and_check_all(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs) {
+  AG_CHECK(grads.size() == outs.size(), "unscale: ", grads.size(), " gradients but ", outs.size(), " outputs");
+  for (size_t k = 0; k < grads.size(); ++k) check_output(grads[k], outs[k]);
+  bool found_inf = false;
+  std::array<DeviceShare, kNumDevices> shares = split_by_device(grads, &outs);
+  for (Device device : kAllDevices) {
+    DeviceShare& share = shares[device_index(device)];
+    if (!share.grads.empty()) found_inf |= kernels::unscale_and_check(device, share.grads, inv_scale, share.outs);
   }
-  float* o = out.data<float>();
-  const int64_t n = grad.numel();  // hoisted: an out-of-line call per element cost more than the math
-  AG_CHECK(is_floating(grad.dtype()), "unscale: gradient ", grad.to_string(), " is not floating");
-  std::atomic<bool> any_bad{false};  // pieces run on the pool: one flag, set by whichever finds one
-  visit_floating_dtype(grad.dtype(), [&](auto t) {
-    using T = decltype(t);
-    const T* g = grad.data<T>();
-    parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-      if constexpr (kIsLowPrecision<T>) {
-        // Widened a block at a time (vectorised), then the float loop: no per-element conversion calls.
-        constexpr int64_t kBlock = 2048;
-        float wide[kBlock];
-        for (int64_t start = lo; start < hi; start += kBlock) {
-          const int64_t len = std::min(kBlock, hi - start);
-          widen(g + start, wide, static_cast<size_t>(len));
-          if (unscale_values(wide, len, inv_scale, o + start)) any_bad = true;
-        }
-      } else {
-        if (unscale_values(g + lo, hi - lo, inv_scale, o + lo)) any_bad = true;
-      }
-    });
-  });
-  out.bump_version();
-  return any_bad;
+  return found_inf;
+}
+
+bool unscale_check_and_measure_all(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs,
+                                   const FormatTable& formats, std::vector<GradCounts>& counts) {
+  return measure_list(grads, inv_scale, &outs, formats, counts);
+}
+
+void measure_all(const std::vector<Tensor>& grads, double inv_scale, const FormatTable& formats,
+                 std::vector<GradCounts>& counts) {
+  measure_list(grads, inv_scale, nullptr, formats, counts);
+}
+
+bool any_nonfinite(const Tensor& values) {
+  if (!values.defined() || !is_floating(values.dtype()) || values.numel() == 0) return false;
+  std::vector<GradCounts> counts;
+  measure_all({values}, 1.0, FormatTable{}, counts);
+  return counts[0].infs + counts[0].nans > 0;
 }
 
 }  // namespace ampgrad::amp

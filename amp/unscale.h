@@ -1,4 +1,5 @@
-// The scaler's one pass over a gradient: unscale and look for inf/NaN together.
+// The scaler's one pass over gradients: unscale and look for inf/NaN together, on any device
+// (the kernels are in unscale_kernels.h).
 #pragma once
 
 #include <vector>
@@ -30,20 +31,5 @@ void measure_all(const std::vector<Tensor>& grads, double inv_scale, const Forma
 
 /// Whether any element of a floating tensor (CPU or CUDA) is inf or NaN; false for integer tensors.
 bool any_nonfinite(const Tensor& values);
-
-namespace cuda {
-/// For every k: outs[k] (float32, CUDA) = grads[k] * inv_scale (product in double, rounded once to
-/// float), in ONE kernel launch over all tensors; sets found_inf[0] = 1.0f (a float32 CUDA tensor
-/// of one element, zeroed by the caller) if any result is inf/NaN. Does not wait for the GPU.
-/// (PyTorch's _amp_foreach_non_finite_check_and_unscale_ idea; in unscale_cuda.cu.)
-void unscale_and_check_multi(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs,
-                             Tensor& found_inf);
-
-/// The same launch that also measures: counts (an int64 CUDA tensor of grads.size() *
-/// sizeof(GradCounts) / 8 elements, zeroed by the caller) receives one GradCounts per gradient.
-/// outs may be null: then nothing is written and found_inf may be undefined (measure only).
-void unscale_check_and_measure_multi(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>* outs,
-                                     Tensor* found_inf, const FormatTable& formats, Tensor& counts);
-}  // namespace cuda
 
 }  // namespace ampgrad::amp

@@ -3,11 +3,12 @@
 // wait), and the blocks walk the table with a grid-stride loop. The measuring variant (gradient
 // statistics, every N steps) passes its table by value instead, kChunksPerLaunch chunks a launch,
 // and also counts each chunk's values (grad_counts.h).
-#include "amp/unscale.h"
+#include "amp/unscale_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "framework/cuda_check.h"
@@ -15,7 +16,7 @@
 #include "framework/device_cuda.h"
 #include "framework/error.h"
 
-namespace ampgrad::amp::cuda {
+namespace ampgrad::amp::kernels::cuda {
 
 namespace {
 
@@ -159,8 +160,8 @@ std::vector<Chunk> make_chunks(const std::vector<Tensor>& grads, std::vector<Ten
   return chunks;
 }
 
-}  // namespace
-
+// The measuring launches: counts (int64 on CUDA, one GradCounts per gradient, zeroed) receives the
+// counts; outs null: nothing is written and found_inf is null too. Does not wait for the GPU.
 void unscale_check_and_measure_multi(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>* outs,
                                      Tensor* found_inf, const FormatTable& formats, Tensor& counts) {
   AG_CHECK(outs == nullptr || outs->size() == grads.size(), "unscale (CUDA): ", grads.size(), " gradients but ",
@@ -189,6 +190,8 @@ void unscale_check_and_measure_multi(const std::vector<Tensor>& grads, double in
   counts.bump_version();
 }
 
+// outs[k] = grads[k] * inv_scale in ONE launch over the chunk table of every tensor; found_inf (one
+// float32 on CUDA, zeroed) is set to 1 if any result is inf/NaN. Does not wait for the GPU.
 void unscale_and_check_multi(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs,
                              Tensor& found_inf) {
   AG_CHECK(grads.size() == outs.size(), "unscale (CUDA): ", grads.size(), " gradients but ", outs.size(), " outputs");
@@ -215,4 +218,34 @@ void unscale_and_check_multi(const std::vector<Tensor>& grads, double inv_scale,
   found_inf.bump_version();
 }
 
-}  // namespace ampgrad::amp::cuda
+}  // namespace
+
+bool unscale_and_check(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs) {
+  Tensor found_inf = zeros({1}, DType::kFloat32, Device::kCUDA);
+  unscale_and_check_multi(grads, inv_scale, outs, found_inf);
+  // The one host sync of a CUDA training step: GradScaler::step must return whether it stepped
+  // (a bool on the host), so the device flag is read back here, once per optimizer per iteration.
+  return found_inf.item() != 0.0f;
+}
+
+bool unscale_check_and_measure(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>* outs,
+                               const FormatTable& formats, GradCounts* counts) {
+  static_assert(sizeof(GradCounts) % sizeof(int64_t) == 0, "GradCounts must be whole int64 words");
+  constexpr int64_t kWords = sizeof(GradCounts) / sizeof(int64_t);
+  Tensor device_counts = zeros({static_cast<int64_t>(grads.size()) * kWords}, DType::kInt64, Device::kCUDA);
+  Tensor found_inf;
+  if (outs != nullptr) found_inf = zeros({1}, DType::kFloat32, Device::kCUDA);
+  unscale_check_and_measure_multi(grads, inv_scale, outs, outs != nullptr ? &found_inf : nullptr, formats,
+                                  device_counts);
+  // One host sync: the counts (and with them the flag) come back together.
+  const Tensor host = device_counts.to(Device::kCPU);
+  const auto* words = static_cast<const char*>(host.data_ptr());
+  bool bad = false;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    std::memcpy(&counts[k], words + k * sizeof(GradCounts), sizeof(GradCounts));
+    bad |= counts[k].unscaled_nonfinite > 0;
+  }
+  return bad;
+}
+
+}  // namespace ampgrad::amp::kernels::cuda

@@ -4,17 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <sstream>
 
 #include "distributed/buckets.h"
 #include "framework/autograd.h"
 #include "framework/device.h"
 #include "framework/error.h"
-
-#if defined(AMPGRAD_WITH_CUDA)
-#include "framework/device_cuda.h"
-#endif
+#include "framework/storage_kernels.h"
 
 namespace ampgrad::distributed {
 
@@ -24,11 +20,8 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // dst[0..n) = src[0..n), elements of `dtype`, both on `device` (no conversion).
 void copy_elements(void* dst, const void* src, int64_t n, DType dtype, Device device) {
-#if defined(AMPGRAD_WITH_CUDA)
-  if (device == Device::kCUDA) return cuda::copy_raw(dst, dtype, device, src, dtype, device, n);
-#endif
   require_backend(device, "DistributedDataParallel");
-  std::memcpy(dst, src, static_cast<size_t>(n) * element_size(dtype));
+  storage::copy(dst, dtype, device, src, dtype, device, n);
 }
 
 void* element_ptr(Tensor& t, int64_t offset) {

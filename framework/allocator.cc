@@ -168,6 +168,14 @@ Allocator& allocator_for(Device device) {
   AG_FAIL("unknown device");
 }
 
+Allocator& pinned_host_allocator() {
+  require_backend(Device::kCUDA, "pinned host memory");
+#if defined(AMPGRAD_WITH_CUDA)
+  return cuda::pinned_allocator();
+#endif
+  AG_FAIL("pinned host memory: no backend provides it");
+}
+
 MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
 
 }  // namespace ampgrad

@@ -27,6 +27,10 @@ class Allocator {
 /// The allocator of `device`; throws a clear Error for CUDA in a build without CUDA.
 Allocator& allocator_for(Device device);
 
+/// Page-locked host memory for Tensor::pin_memory, from which host-to-device copies can be queued
+/// without a wait; throws a clear Error in a build without CUDA.
+Allocator& pinned_host_allocator();
+
 /// Live, peak and reserved bytes of a device's allocator.
 MemoryStats memory_stats(Device device);
 

@@ -2,14 +2,11 @@
 // to the source dtype and device (the backward of a cast is the opposite cast); pinned host copies.
 #include <cstring>
 
+#include "framework/allocator.h"
 #include "framework/copy.h"
 #include "framework/dispatch.h"
 #include "framework/error.h"
 #include "framework/tensor_impl.h"
-
-#if defined(AMPGRAD_WITH_CUDA)
-#include "framework/device_cuda.h"
-#endif
 
 namespace ampgrad {
 
@@ -65,7 +62,6 @@ Tensor Tensor::pin_memory() const {
            "can be pinned (pin a batch before moving it to the GPU)");
   if (is_pinned()) return *this;
   require_backend(Device::kCUDA, "pin_memory");
-#if defined(AMPGRAD_WITH_CUDA)
   AG_CHECK(cuda_is_available(), "pin_memory: page-locked memory needs a CUDA device, and there is none: ",
            cuda::unavailable_reason(), "; hint: keep the batch in ordinary memory when cuda_is_available() is false");
   auto impl = std::make_shared<TensorImpl>();
@@ -73,11 +69,9 @@ Tensor Tensor::pin_memory() const {
   impl->numel = numel();
   impl->dtype = dtype();
   const size_t nbytes = static_cast<size_t>(numel()) * element_size(dtype());
-  impl->storage = std::make_shared<Storage>(nbytes, cuda::pinned_allocator());
+  impl->storage = std::make_shared<Storage>(nbytes, pinned_host_allocator());
   if (nbytes > 0) std::memcpy(impl->storage->data, data_ptr(), nbytes);
   return Tensor(std::move(impl));
-#endif
-  return *this;
 }
 
 }  // namespace ampgrad

@@ -1,4 +1,5 @@
-// copy_/fill_/accumulate_: dtype conversion and device transfer, one loop per storage type.
+// copy_/fill_/accumulate_ over tensors, and the CPU loops of the storage kernels they call: one
+// loop per pair of storage types.
 #include "framework/copy.h"
 
 #include <algorithm>
@@ -6,13 +7,12 @@
 
 #include "framework/error.h"
 #include "framework/parallel.h"
+#include "framework/storage_kernels.h"
 #include "framework/tensor_impl.h"
 
-#if defined(AMPGRAD_WITH_CUDA)
-#include "framework/device_cuda.h"
-#endif
-
 namespace ampgrad {
+
+namespace storage::cpu {
 
 namespace {
 
@@ -29,84 +29,77 @@ void convert_cpu(const From* src, To* dst, int64_t n) {
   }
 }
 
+}  // namespace
+
 // Conversions of large tensors (an AMP step casts every weight and weight gradient) are
-// memory-bound on one core, so they are spread over the pool.
-void copy_cpu(Tensor& dst, const Tensor& src) {
-  visit_dtype(dst.dtype(), [&](auto to) {
-    visit_dtype(src.dtype(), [&](auto from) {
+// memory-bound on one core, so they are spread over the pool. The devices and host memory kind
+// matter only to CUDA copies: here both sides are on the CPU.
+void copy(void* dst, DType dst_dtype, Device, const void* src, DType src_dtype, Device, int64_t n, NonBlocking,
+          HostMemory) {
+  visit_dtype(dst_dtype, [&](auto to) {
+    visit_dtype(src_dtype, [&](auto from) {
       using To = decltype(to);
       using From = decltype(from);
-      const From* s = src.data<From>();
-      To* d = dst.data<To>();
-      parallel_range(src.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) { convert_cpu<To, From>(s + lo, d + lo, hi - lo); });
+      const From* s = static_cast<const From*>(src);
+      To* d = static_cast<To*>(dst);
+      parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) { convert_cpu<To, From>(s + lo, d + lo, hi - lo); });
     });
   });
 }
 
-}  // namespace
+void fill(void* dst, DType dtype, int64_t n, double value) {
+  visit_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    std::fill_n(static_cast<T*>(dst), n, convert<T>(value));  // rounded once from double
+  });
+}
 
-// non_blocking matters only to CUDA copies (unused in a CPU-only build).
-void copy_(Tensor& dst, const Tensor& src, [[maybe_unused]] NonBlocking non_blocking) {
+void accumulate(void* dst_ptr, const void* src_ptr, DType dtype, int64_t n) {
+  visit_floating_dtype(dtype, [&](auto t) {
+    using T = decltype(t);
+    T* d = static_cast<T*>(dst_ptr);
+    const T* s = static_cast<const T*>(src_ptr);
+    // Gradient sums of whole weights: on the pool, 16-bit floats widened a block at a time.
+    parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
+      if constexpr (kIsLowPrecision<T>) {
+        constexpr int64_t kBlock = 512;
+        float a[kBlock], b[kBlock];
+        for (int64_t start = lo; start < hi; start += kBlock) {
+          const int64_t len = std::min(kBlock, hi - start);
+          widen(d + start, a, static_cast<size_t>(len));
+          widen(s + start, b, static_cast<size_t>(len));
+          for (int64_t i = 0; i < len; ++i) a[i] += b[i];
+          narrow(a, d + start, static_cast<size_t>(len));
+        }
+      } else {
+        for (int64_t i = lo; i < hi; ++i) d[i] += s[i];
+      }
+    });
+  });
+}
+
+}  // namespace storage::cpu
+
+void copy_(Tensor& dst, const Tensor& src, NonBlocking non_blocking) {
   AG_CHECK(dst.numel() == src.numel(), "copy_: ", src.to_string(), " into ", dst.to_string(),
            " needs equal element counts");
-  if (dst.device() == Device::kCPU && src.device() == Device::kCPU) {
-    copy_cpu(dst, src);
-  } else {
-    require_backend(Device::kCUDA, "copy_");
-#if defined(AMPGRAD_WITH_CUDA)
-    cuda::copy_raw(dst.data_ptr(), dst.dtype(), dst.device(), src.data_ptr(), src.dtype(), src.device(), src.numel(),
-                   non_blocking, src.is_pinned() ? cuda::HostMemory::kPinned : cuda::HostMemory::kPageable);
-#endif
-  }
+  require_backend(storage::copy_backend(dst.device(), src.device()), "copy_");
+  storage::copy(dst.data_ptr(), dst.dtype(), dst.device(), src.data_ptr(), src.dtype(), src.device(), src.numel(),
+                non_blocking, src.is_pinned() ? storage::HostMemory::kPinned : storage::HostMemory::kPageable);
   dst.bump_version();
 }
 
 void fill_(Tensor& dst, double value) {
-  if (dst.device() == Device::kCPU) {
-    visit_dtype(dst.dtype(), [&](auto t) {
-      using T = decltype(t);
-      std::fill_n(dst.data<T>(), dst.numel(), convert<T>(value));  // rounded once from double
-    });
-  } else {
-    require_backend(dst.device(), "fill_");
-#if defined(AMPGRAD_WITH_CUDA)
-    cuda::fill_raw(dst.data_ptr(), dst.dtype(), dst.numel(), value);
-#endif
-  }
+  require_backend(dst.device(), "fill_");
+  storage::fill(dst.device(), dst.data_ptr(), dst.dtype(), dst.numel(), value);
   dst.bump_version();
 }
 
 void accumulate_(Tensor& dst, const Tensor& src) {
   AG_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype() && dst.device() == src.device(),
            "accumulate_: cannot add ", src.to_string(), " into ", dst.to_string());
-  if (dst.device() == Device::kCPU) {
-    visit_floating_dtype(dst.dtype(), [&](auto t) {
-      using T = decltype(t);
-      T* d = dst.data<T>();
-      const T* s = src.data<T>();
-      // Gradient sums of whole weights: on the pool, 16-bit floats widened a block at a time.
-      parallel_range(dst.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-        if constexpr (kIsLowPrecision<T>) {
-          constexpr int64_t kBlock = 512;
-          float a[kBlock], b[kBlock];
-          for (int64_t start = lo; start < hi; start += kBlock) {
-            const int64_t n = std::min(kBlock, hi - start);
-            widen(d + start, a, static_cast<size_t>(n));
-            widen(s + start, b, static_cast<size_t>(n));
-            for (int64_t i = 0; i < n; ++i) a[i] += b[i];
-            narrow(a, d + start, static_cast<size_t>(n));
-          }
-        } else {
-          for (int64_t i = lo; i < hi; ++i) d[i] += s[i];
-        }
-      });
-    });
-  } else {
-    require_backend(dst.device(), "accumulate_");
-#if defined(AMPGRAD_WITH_CUDA)
-    cuda::accumulate_raw(dst.data_ptr(), src.data_ptr(), dst.dtype(), dst.numel());
-#endif
-  }
+  require_backend(dst.device(), "accumulate_");
+  storage::accumulate(dst.device(), dst.data_ptr(), src.data_ptr(), dst.dtype(), dst.numel());
   dst.bump_version();
 }
 

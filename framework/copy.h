@@ -1,6 +1,6 @@
 // Storage-level primitives the framework itself needs (dtype conversion, device transfer,
-// filling, gradient accumulation). The math of ops lives in ops/. The CPU loops are in copy.cc,
-// the CUDA ones in copy_cuda.cu (declared in device_cuda.h).
+// filling, gradient accumulation). The math of ops lives in ops/. They run the storage kernel
+// family (storage_kernels.h): CPU loops in copy.cc, CUDA kernels in copy_cuda.cu.
 #pragma once
 
 #include "framework/tensor.h"

@@ -1,4 +1,5 @@
-// Copies with dtype conversion (conversion kernel on the device), fill and accumulate.
+// The CUDA storage kernels (copies with dtype conversion on the device, fill, accumulate), the
+// asynchronous upload of kernel argument tables and synchronisation.
 #include "framework/device_cuda.h"
 
 #include <atomic>
@@ -6,6 +7,7 @@
 
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
+#include "framework/storage_kernels.h"
 
 namespace ampgrad::cuda {
 
@@ -74,8 +76,34 @@ void synchronize() {
   AG_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void copy_raw(void* dst, DType dst_dtype, Device dst_device, const void* src, DType src_dtype, Device src_device,
-              int64_t n, NonBlocking non_blocking, HostMemory src_memory) {
+void* upload_async(const void* host, size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  // A pinned block, so that cudaMemcpyAsync neither waits nor stages; freed right after queuing,
+  // it is reused only once the copy is done. The device block is the caller's to return.
+  Allocator& pinned = pinned_allocator();
+  void* staging = pinned.allocate(nbytes);
+  std::memcpy(staging, host, nbytes);
+  void* device = nullptr;
+  try {
+    device = caching_allocator().allocate(nbytes);
+    AG_CUDA_CHECK(cudaMemcpyAsync(device, staging, nbytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
+  } catch (...) {
+    if (device != nullptr) caching_allocator().deallocate(device, nbytes);
+    pinned.deallocate(staging, nbytes);
+    throw;
+  }
+  pinned.deallocate(staging, nbytes);
+  return device;
+}
+
+}  // namespace ampgrad::cuda
+
+namespace ampgrad::storage::cuda {
+
+using namespace ::ampgrad::cuda;  // the device helpers above and in framework/cuda_helpers.h
+
+void copy(void* dst, DType dst_dtype, Device dst_device, const void* src, DType src_dtype, Device src_device,
+          int64_t n, NonBlocking non_blocking, HostMemory src_memory) {
   if (n == 0) return;
   const bool same = dst_dtype == src_dtype;
   if (src_device == Device::kCPU && dst_device == Device::kCUDA) {
@@ -116,27 +144,7 @@ void copy_raw(void* dst, DType dst_dtype, Device dst_device, const void* src, DT
   }
 }
 
-void* upload_async(const void* host, size_t nbytes) {
-  if (nbytes == 0) return nullptr;
-  // A pinned block, so that cudaMemcpyAsync neither waits nor stages; freed right after queuing,
-  // it is reused only once the copy is done. The device block is the caller's to return.
-  Allocator& pinned = pinned_allocator();
-  void* staging = pinned.allocate(nbytes);
-  std::memcpy(staging, host, nbytes);
-  void* device = nullptr;
-  try {
-    device = caching_allocator().allocate(nbytes);
-    AG_CUDA_CHECK(cudaMemcpyAsync(device, staging, nbytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
-  } catch (...) {
-    if (device != nullptr) caching_allocator().deallocate(device, nbytes);
-    pinned.deallocate(staging, nbytes);
-    throw;
-  }
-  pinned.deallocate(staging, nbytes);
-  return device;
-}
-
-void fill_raw(void* dst, DType dtype, int64_t n, double value) {
+void fill(void* dst, DType dtype, int64_t n, double value) {
   if (n == 0) return;
   visit_dtype(dtype, [&](auto t) {
     using T = DeviceType<decltype(t)>;
@@ -147,7 +155,7 @@ void fill_raw(void* dst, DType dtype, int64_t n, double value) {
   });
 }
 
-void accumulate_raw(void* dst, const void* src, DType dtype, int64_t n) {
+void accumulate(void* dst, const void* src, DType dtype, int64_t n) {
   if (n == 0) return;
   visit_dtype(dtype, [&](auto t) {
     using T = DeviceType<decltype(t)>;
@@ -156,4 +164,4 @@ void accumulate_raw(void* dst, const void* src, DType dtype, int64_t n) {
   });
 }
 
-}  // namespace ampgrad::cuda
+}  // namespace ampgrad::storage::cuda

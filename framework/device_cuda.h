@@ -1,7 +1,8 @@
-// What the framework asks of the CUDA runtime: device discovery, the caching allocators, copies with
-// dtype conversion, fill, accumulate and synchronisation. Compiled by nvcc (allocator_cuda.cu,
-// copy_cuda.cu) over raw pointers, using only framework's header-only core, so //framework can
-// depend on it without a cycle. The Tensor-level callers are allocator.cc, copy.cc and device.cc.
+// What the framework asks of the CUDA runtime: device discovery, the caching allocators, argument
+// uploads and synchronisation (the storage kernels, copies, fill and accumulate, are declared with
+// their CPU twins in storage_kernels.h). Compiled by nvcc (allocator_cuda.cu, copy_cuda.cu) over
+// raw pointers, using only framework's header-only core, so //framework can depend on it without a
+// cycle. The callers are allocator.cc and device.cc.
 #pragma once
 
 #include <cstddef>
@@ -29,22 +30,6 @@ Allocator& caching_allocator();
 Allocator& pinned_allocator();
 /// Returns every cached free block (device and pinned) to the driver.
 void empty_cache();
-
-/// Whether the host side of a copy is page-locked (from pinned_allocator()).
-enum class HostMemory : bool { kPageable, kPinned };
-
-/// dst[0..n) = src[0..n) converted from src_dtype to dst_dtype. At least one side is CUDA.
-/// Conversion happens on the device; host<->device with a dtype change goes through a contiguous
-/// device staging buffer in the host side's dtype. Every copy touching the host waits for the GPU
-/// (cudaMemcpy from pageable memory first waits for queued work), and is counted as a host sync,
-/// except a host-to-device copy from pinned memory with NonBlocking::kYes, which is queued with
-/// cudaMemcpyAsync and returns at once.
-void copy_raw(void* dst, DType dst_dtype, Device dst_device, const void* src, DType src_dtype, Device src_device,
-              int64_t n, NonBlocking non_blocking = NonBlocking::kNo, HostMemory src_memory = HostMemory::kPageable);
-/// dst[0..n) = value, rounded to dtype as the CPU does (double -> compute type -> storage).
-void fill_raw(void* dst, DType dtype, int64_t n, double value);
-/// dst[i] += src[i] in the compute type, rounded once.
-void accumulate_raw(void* dst, const void* src, DType dtype, int64_t n);
 
 /// A device copy of nbytes of host data (a kernel's argument table), queued without a host wait:
 /// the bytes go through a pinned block, then cudaMemcpyAsync. Return it with

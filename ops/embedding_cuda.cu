@@ -3,6 +3,7 @@
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
 #include "framework/device_cuda.h"
+#include "framework/storage_kernels.h"
 #include "framework/error.h"
 #include "ops/embedding_kernels.h"
 
@@ -61,12 +62,12 @@ void embedding(const Tensor& ids, const Tensor& weight, Tensor& out) {
   });
   // The one wait of this op: an out-of-range id must be an error, not a silent zero row.
   unsigned long long first_bad = 0;
-  copy_raw(&first_bad, DType::kInt64, Device::kCPU, bad, DType::kInt64, Device::kCUDA, 1);
+  storage::copy(&first_bad, DType::kInt64, Device::kCPU, bad, DType::kInt64, Device::kCUDA, 1);
   alloc.deallocate(bad, sizeof(unsigned long long));
   if (first_bad != ~0ull) {
     int64_t value = 0;
-    copy_raw(&value, DType::kInt64, Device::kCPU, static_cast<const int64_t*>(ids.data_ptr()) + first_bad,
-             DType::kInt64, Device::kCUDA, 1);
+    storage::copy(&value, DType::kInt64, Device::kCPU, static_cast<const int64_t*>(ids.data_ptr()) + first_bad,
+                  DType::kInt64, Device::kCUDA, 1);
     AG_FAIL("embedding: id ", value, " at position ", first_bad, " is outside [0, ", vocab, ") for weight ",
             weight.to_string());
   }

@@ -8,6 +8,7 @@
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
 #include "framework/device_cuda.h"
+#include "framework/storage_kernels.h"
 #include "ops/math.h"
 #include "ops/softmax_kernels.h"
 #include "ops/strided.h"
@@ -210,12 +211,12 @@ void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropy
   });
   // The one wait of this op: an out-of-range target must be an error, not a silent wrong loss.
   unsigned long long first_bad = 0;
-  copy_raw(&first_bad, DType::kInt64, Device::kCPU, bad, DType::kInt64, Device::kCUDA, 1);
+  storage::copy(&first_bad, DType::kInt64, Device::kCPU, bad, DType::kInt64, Device::kCUDA, 1);
   alloc.deallocate(bad, sizeof(unsigned long long));
   if (first_bad != ~0ull) {
     int64_t value = 0;
-    copy_raw(&value, DType::kInt64, Device::kCPU, static_cast<const int64_t*>(target.data_ptr()) + first_bad,
-             DType::kInt64, Device::kCUDA, 1);
+    storage::copy(&value, DType::kInt64, Device::kCPU, static_cast<const int64_t*>(target.data_ptr()) + first_bad,
+                  DType::kInt64, Device::kCUDA, 1);
     AG_FAIL("cross_entropy: target ", value, " of sample ", first_bad, " is outside [0, ", classes,
             ") and is not ignore_index (", args.ignore_index, "); hint: class indices count from 0");
   }
