@@ -23,7 +23,7 @@
 #include "bench/workloads.h"
 #include "framework/device_cuda.h"
 #include "framework/launch_profile.h"
-#include "ops/cublas.h"
+#include "ops/linear/cublas.h"
 
 namespace ag = ampgrad;
 namespace agc = ampgrad::kernels::cuda;

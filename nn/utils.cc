@@ -10,8 +10,8 @@
 #include <unordered_set>
 
 #include "framework/error.h"
-#include "ops/elementwise_kernels.h"
-#include "ops/reduce_kernels.h"
+#include "ops/elementwise/elementwise_kernels.h"
+#include "ops/reduce/reduce_kernels.h"
 
 namespace ampgrad::nn::utils {
 

@@ -17,7 +17,7 @@
 #include "ampgrad.h"
 #include "cuda_test_util.h"
 #include "nn/utils.h"
-#include "ops/reduce_kernels.h"
+#include "ops/reduce/reduce_kernels.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;

@@ -25,7 +25,7 @@
 #if defined(AMPGRAD_WITH_CUDA)
 #include "framework/cuda_check.h"
 #include "framework/launch_profile.h"
-#include "ops/cublas.h"
+#include "ops/linear/cublas.h"
 #endif
 
 namespace ag = ampgrad;

@@ -21,8 +21,8 @@
 #include "framework/dtype.h"
 #include "framework/parallel.h"
 #include "framework/tensor.h"
-#include "ops/linear_gemm_cpu.h"
-#include "ops/linear_kernels.h"
+#include "ops/linear/linear_gemm_cpu.h"
+#include "ops/linear/linear_kernels.h"
 #include "ops/ops.h"
 #include "test_util.h"
 

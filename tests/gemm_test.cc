@@ -22,8 +22,8 @@
 #include "framework/parallel.h"
 #include "framework/random.h"
 #include "framework/tensor.h"
-#include "ops/linear_gemm_cpu.h"
-#include "ops/linear_kernels.h"
+#include "ops/linear/linear_gemm_cpu.h"
+#include "ops/linear/linear_kernels.h"
 #include "ops/ops.h"
 #include "test_util.h"
 

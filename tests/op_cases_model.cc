@@ -4,7 +4,7 @@
 #include <random>
 
 #include "op_cases.h"
-#include "ops/dropout_mask.h"
+#include "ops/elementwise/dropout_mask.h"
 #include "ops/ops.h"
 
 namespace ampgrad::test {

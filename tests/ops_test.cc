@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "op_cases.h"
-#include "ops/elementwise_kernels.h"
+#include "ops/elementwise/elementwise_kernels.h"
 #include "ops/strided.h"
 #include "ops/ops.h"
 #include "test_util.h"

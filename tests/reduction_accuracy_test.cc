@@ -12,7 +12,7 @@
 #include "framework/parallel.h"
 #include "framework/tensor.h"
 #include "ops/ops.h"
-#include "ops/reduce_kernels.h"
+#include "ops/reduce/reduce_kernels.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;

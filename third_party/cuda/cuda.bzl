@@ -1,7 +1,7 @@
 # cuda_library and if_cuda: .cu files are compiled by nvcc when @local_cuda found a toolkit,
 # otherwise cuda_library is an empty cc_library (headers and deps only) and the build is CPU-only.
 # See cuda_configure.bzl for how the toolkit is found (CUDA_PATH=/nonexistent forces CPU-only).
-# Nothing here links cuBLAS: ops/cublas_loader.cc loads it at run time, so a CUDA build's binaries
+# Nothing here links cuBLAS: ops/linear/cublas_loader.cc loads it at run time, so a CUDA build's binaries
 # start (CPU-only) on machines without the CUDA libraries.
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
@@ -89,7 +89,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
     """A cc_library whose .cu srcs are compiled by nvcc; `copts` are extra nvcc flags.
 
     Other srcs (.cc, .h) go to the cc_library as they are. Dependants see AMPGRAD_WITH_CUDA=1.
-    The CUDA runtime is linked statically; cuBLAS is not linked (ops/cublas_loader.cc loads it).
+    The CUDA runtime is linked statically; cuBLAS is not linked (ops/linear/cublas_loader.cc loads it).
     Without CUDA: cc_library(name, hdrs, deps) only, so dependants build CPU-only.
     """
     if not CUDA_FOUND:

@@ -1,0 +1,66 @@
+// Loads cuBLAS with dlopen instead of linking it: binaries of a CUDA build then need no CUDA
+// library to start (the runtime is static), and only a GEMM on a GPU needs libcublas.so.
+#include <dlfcn.h>
+
+#include "ops/linear/cublas.h"
+#include "ops/cuda_paths.h"
+
+namespace ampgrad::kernels::cuda {
+
+namespace {
+
+#define AG_CUBLAS_STR2(x) #x
+#define AG_CUBLAS_STR(x) AG_CUBLAS_STR2(x)  // expands cublas_v2.h's macros: cublasCreate -> cublasCreate_v2
+
+template <typename Fn>
+void resolve(void* lib, const std::string& path, const char* symbol, Fn& fn) {
+  dlerror();
+  void* address = dlsym(lib, symbol);
+  AG_CHECK(address != nullptr, "cuBLAS: ", path, " has no symbol ", symbol, " (", dlerror(),
+           "); hint: ampgrad needs cuBLAS ", CUBLAS_VER_MAJOR, ".", CUBLAS_VER_MINOR, " or a newer ",
+           CUBLAS_VER_MAJOR, ".x");
+  fn = reinterpret_cast<Fn>(address);
+}
+
+}  // namespace
+
+std::vector<std::string> cublas_candidates() {
+  const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+  return {name, std::string(AMPGRAD_CUDA_LIB_DIR) + "/" + name};
+}
+
+CublasApi load_cublas(const std::vector<std::string>& candidates) {
+  std::string tried;
+  for (const std::string& path : candidates) {
+    // RTLD_GLOBAL is not needed: libcublas finds its libcublasLt through its own $ORIGIN runpath.
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      tried += "\n  " + path + ": " + (why != nullptr ? why : "not loaded");
+      continue;
+    }
+    CublasApi api;
+    api.path = path;
+    resolve(lib, path, AG_CUBLAS_STR(cublasCreate), api.create);
+    resolve(lib, path, AG_CUBLAS_STR(cublasDestroy), api.destroy);
+    resolve(lib, path, AG_CUBLAS_STR(cublasSetStream), api.set_stream);
+    resolve(lib, path, AG_CUBLAS_STR(cublasSetMathMode), api.set_math_mode);
+    resolve(lib, path, AG_CUBLAS_STR(cublasGemmEx), api.gemm_ex);
+    resolve(lib, path, AG_CUBLAS_STR(cublasGemmStridedBatchedEx), api.gemm_strided_batched_ex);
+    resolve(lib, path, AG_CUBLAS_STR(cublasGetStatusName), api.status_name);
+    resolve(lib, path, AG_CUBLAS_STR(cublasGetStatusString), api.status_string);
+    return api;  // the library stays loaded for the life of the process
+  }
+  AG_FAIL("cuBLAS could not be loaded; tried:", tried, "\nhint: a GEMM on the GPU needs cuBLAS ",
+          CUBLAS_VER_MAJOR, ": install the CUDA ", CUBLAS_VER_MAJOR,
+          " toolkit or the nvidia-cublas Python wheel, and add the folder holding libcublas.so.",
+          CUBLAS_VER_MAJOR, " to LD_LIBRARY_PATH");
+}
+
+const CublasApi& cublas() {
+  // A static's initialisation is thread-safe, and one that throws is attempted again next call.
+  static const CublasApi api = load_cublas(cublas_candidates());
+  return api;
+}
+
+}  // namespace ampgrad::kernels::cuda

@@ -1,0 +1,222 @@
+// Softmax, log_softmax and the fused cross-entropy on the CPU: each row is gathered into a float
+// (double for float64) buffer, so strided rows and float16 cost one conversion, then the max,
+// the exponentials (math::exp, vectorised) and the sum run over a contiguous array.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "framework/error.h"
+#include "framework/parallel.h"
+#include "ops/math.h"
+#include "ops/softmax/softmax_kernels.h"
+#include "ops/strided.h"
+
+namespace ampgrad::kernels::cpu {
+
+namespace {
+
+// Runs fn(row, base, buffer) for every row (o, i) of the view, on the pool; base is the offset
+// of the row's first element and its elements are inner apart.
+template <typename C, typename Fn>
+void for_rows(const AlongDim& v, Fn&& fn) {
+  const int64_t rows = v.outer * v.inner;
+  parallel_range(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(v.size, 1)),
+                 [&](int64_t lo, int64_t hi) {
+    std::vector<C> buffer(static_cast<size_t>(v.size));
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t o = row / v.inner, i = row % v.inner;
+      fn(row, o * v.size * v.inner + i, buffer.data());
+    }
+  });
+}
+
+template <typename T, typename C>
+void gather(const T* src, int64_t base, int64_t stride, int64_t n, C* dst) {
+  for (int64_t j = 0; j < n; ++j) dst[j] = load(src[base + j * stride]);
+}
+
+template <typename T, typename C>
+void scatter(const C* src, int64_t n, T* dst, int64_t base, int64_t stride) {
+  for (int64_t j = 0; j < n; ++j) dst[base + j * stride] = store<T>(src[j]);
+}
+
+// softmax in place over n values, of which the first `valid` take part (the rest are masked: 0).
+template <typename C>
+void softmax_row(C* v, int64_t n, int64_t valid) {
+  C max = -std::numeric_limits<C>::infinity();
+  for (int64_t j = 0; j < valid; ++j) max = std::max(max, v[j]);
+  // A row of -inf has no finite maximum: subtract 0, so exp gives 0 and the row NaN, as PyTorch.
+  const C shift = max == -std::numeric_limits<C>::infinity() ? C(0) : max;
+  double sum = 0.0;
+  for (int64_t j = 0; j < valid; ++j) {
+    v[j] = math::exp(v[j] - shift);
+    sum += static_cast<double>(v[j]);
+  }
+  const C inv = static_cast<C>(1.0 / sum);
+  for (int64_t j = 0; j < valid; ++j) v[j] *= inv;
+  for (int64_t j = valid; j < n; ++j) v[j] = C(0);
+}
+
+// log_softmax in place: x - max - log(sum exp(x - max)), from the inputs (no log of a rounded exp).
+template <typename C>
+void log_softmax_row(C* v, int64_t n) {
+  C max = -std::numeric_limits<C>::infinity();
+  for (int64_t j = 0; j < n; ++j) max = std::max(max, v[j]);
+  const C shift = max == -std::numeric_limits<C>::infinity() ? C(0) : max;
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(math::exp(v[j] - shift));
+  const C log_sum = static_cast<C>(std::log(sum));
+  for (int64_t j = 0; j < n; ++j) v[j] = v[j] - shift - log_sum;
+}
+
+}  // namespace
+
+void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y) {
+  const AlongDim v = along_dim(x.shape(), dim);
+  const int64_t tq = causal == Causal::kYes && x.dim() >= 2 ? x.size(-2) : 1;
+  visit_floating_dtype(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using C = ComputeType<T>;
+    const T* in = x.data<T>();
+    T* out = y.data<T>();
+    for_rows<C>(v, [&](int64_t row, int64_t base, C* buf) {
+      gather(in, base, v.inner, v.size, buf);
+      if (kind == SoftmaxKind::kLogSoftmax) {
+        log_softmax_row(buf, v.size);
+      } else {
+        // Causal: the row's index within the trailing [Tq, Tk] matrix decides how many columns it sees.
+        const int64_t valid = causal == Causal::kYes ? std::min(v.size, row % tq + 1) : v.size;
+        softmax_row(buf, v.size, valid);
+      }
+      scatter(buf, v.size, out, base, v.inner);
+    });
+  });
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKind kind, Tensor& dx) {
+  const AlongDim v = along_dim(y.shape(), dim);
+  visit_floating_dtype(y.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using C = ComputeType<T>;
+    const T* py = y.data<T>();
+    const T* pdy = dy.data<T>();
+    T* out = dx.data<T>();
+    const int64_t rows = v.outer * v.inner;
+    parallel_range(rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(v.size, 1)),
+                   [&](int64_t lo, int64_t hi) {
+      std::vector<C> yb(static_cast<size_t>(v.size)), gb(static_cast<size_t>(v.size));
+      for (int64_t row = lo; row < hi; ++row) {
+        const int64_t base = (row / v.inner) * v.size * v.inner + row % v.inner;
+        gather(py, base, v.inner, v.size, yb.data());
+        gather(pdy, base, v.inner, v.size, gb.data());
+        double dot = 0.0;
+        if (kind == SoftmaxKind::kSoftmax) {
+          for (int64_t j = 0; j < v.size; ++j) dot += static_cast<double>(gb[j]) * static_cast<double>(yb[j]);
+          const C s = static_cast<C>(dot);
+          for (int64_t j = 0; j < v.size; ++j) gb[j] = yb[j] * (gb[j] - s);
+        } else {
+          for (int64_t j = 0; j < v.size; ++j) dot += static_cast<double>(gb[j]);
+          const C s = static_cast<C>(dot);
+          for (int64_t j = 0; j < v.size; ++j) gb[j] = gb[j] - math::exp(yb[j]) * s;
+        }
+        scatter(gb.data(), v.size, out, base, v.inner);
+      }
+    });
+  });
+}
+
+namespace {
+
+// The log-normaliser of a row of C scores (0 and 0 for log-probabilities: already normalised).
+template <typename C>
+LogNormalizer<C> row_log_normalizer(const C* scores, int64_t classes, ClassScores kind) {
+  if (kind == ClassScores::kLogProbs) return {};
+  C max = -std::numeric_limits<C>::infinity();
+  for (int64_t c = 0; c < classes; ++c) max = std::max(max, scores[c]);
+  const C shift = max == -std::numeric_limits<C>::infinity() ? C(0) : max;
+  double sum = 0.0;
+  for (int64_t c = 0; c < classes; ++c) sum += static_cast<double>(math::exp(scores[c] - shift));
+  return {.shift = shift, .log_sum = std::log(sum)};
+}
+
+void check_target(int64_t t, int64_t classes, const CrossEntropyArgs& args, int64_t sample) {
+  AG_CHECK(t == args.ignore_index || (t >= 0 && t < classes), "cross_entropy: target ", t, " of sample ", sample,
+           " is outside [0, ", classes, ") and is not ignore_index (", args.ignore_index,
+           "); hint: class indices count from 0");
+}
+
+}  // namespace
+
+void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
+                   Tensor& valid) {
+  const int64_t n = input.size(0), classes = input.size(1);
+  const int64_t* tgt = target.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) check_target(tgt[i], classes, args, i);
+  visit_floating_dtype(input.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using C = ComputeType<T>;
+    const T* in = input.data<T>();
+    T* out = losses.data<T>();
+    T* ok = valid.data<T>();
+    const double eps = args.label_smoothing;
+    parallel_range(n, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(classes, 1)), [&](int64_t lo, int64_t hi) {
+      std::vector<C> row(static_cast<size_t>(classes));
+      for (int64_t i = lo; i < hi; ++i) {
+        if (tgt[i] == args.ignore_index) {
+          out[i] = store<T>(C(0));
+          ok[i] = store<T>(C(0));
+          continue;
+        }
+        gather(in, i * classes, 1, classes, row.data());
+        const LogNormalizer<C> lse = row_log_normalizer(row.data(), classes, args.scores);
+        double loss = -(1.0 - eps) * lse.log_prob_wide(row[static_cast<size_t>(tgt[i])]);
+        if (eps > 0) {
+          double mean_log_p = 0.0;
+          for (int64_t c = 0; c < classes; ++c) mean_log_p += lse.log_prob_wide(row[static_cast<size_t>(c)]);
+          loss -= eps * mean_log_p / static_cast<double>(classes);
+        }
+        out[i] = convert<T>(loss);
+        ok[i] = store<T>(C(1));
+      }
+    });
+  });
+}
+
+void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
+                            const Tensor& dlosses, Tensor& dinput) {
+  const int64_t n = input.size(0), classes = input.size(1);
+  const int64_t* tgt = target.data<int64_t>();
+  visit_floating_dtype(input.dtype(), [&](auto t) {
+    using T = decltype(t);
+    using C = ComputeType<T>;
+    const T* in = input.data<T>();
+    const T* dl = dlosses.data<T>();
+    T* out = dinput.data<T>();
+    const C eps = static_cast<C>(args.label_smoothing);
+    const C uniform = eps / static_cast<C>(classes);
+    parallel_range(n, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(classes, 1)), [&](int64_t lo, int64_t hi) {
+      std::vector<C> row(static_cast<size_t>(classes));
+      for (int64_t i = lo; i < hi; ++i) {
+        if (tgt[i] == args.ignore_index) {
+          std::fill_n(out + i * classes, classes, store<T>(C(0)));
+          continue;
+        }
+        const C g = load(dl[i]);
+        gather(in, i * classes, 1, classes, row.data());
+        if (args.scores == ClassScores::kLogits) {
+          const LogNormalizer<C> lse = row_log_normalizer(row.data(), classes, args.scores);
+          for (int64_t c = 0; c < classes; ++c) {
+            row[static_cast<size_t>(c)] = math::exp(lse.log_prob(row[static_cast<size_t>(c)])) - uniform;
+          }
+        } else {
+          std::fill(row.begin(), row.end(), -uniform);
+        }
+        // The target's share: p_t - (1 - eps) - eps / C, or -(1 - eps) - eps / C for log-probabilities.
+        row[static_cast<size_t>(tgt[i])] -= C(1) - eps;
+        for (int64_t c = 0; c < classes; ++c) out[i * classes + c] = store<T>(g * row[static_cast<size_t>(c)]);
+      }
+    });
+  });
+}
+
+}  // namespace ampgrad::kernels::cpu
