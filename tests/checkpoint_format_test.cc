@@ -39,13 +39,8 @@ namespace {
 
 class CheckpointFormat : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("checkpoint_format_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return scratch_.path(name); }
+  ag::test::ScratchDir scratch_{"checkpoint_format"};
 };
 
 std::vector<std::string> keys_of(const ck::NamedTensors& file) {

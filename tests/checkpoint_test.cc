@@ -34,6 +34,7 @@
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
 #include "optim/sgd.h"
+#include "test_util.h"
 
 namespace ag = ampgrad;
 namespace ck = ampgrad::checkpoint;
@@ -127,13 +128,8 @@ struct TrainingRun {
 
 class CheckpointTest : public ::testing::TestWithParam<Setup> {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("checkpoint_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return scratch_.path(name); }
+  ag::test::ScratchDir scratch_{"checkpoint"};
 };
 
 TEST_P(CheckpointTest, ResumedRunIsBitIdenticalToAnUninterruptedOne) {

@@ -87,13 +87,8 @@ void expect_float_bits(const Tensor& t, const std::vector<float>& expected, cons
 
 class SafetensorsDTypes : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("safetensors_dtypes_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return scratch_.path(name); }
+  ag::test::ScratchDir scratch_{"safetensors_dtypes"};
 };
 
 TEST_F(SafetensorsDTypes, EveryDTypeOfTheFormatIsReadExactly) {

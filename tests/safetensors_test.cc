@@ -21,6 +21,7 @@
 #include "framework/parallel.h"
 #include "framework/random.h"
 #include "framework/tensor.h"
+#include "test_util.h"
 
 namespace ag = ampgrad;
 namespace ck = ampgrad::checkpoint;
@@ -30,12 +31,7 @@ namespace {
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("safetensors_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return scratch_.path(name); }
 
   static std::string read_bytes(const std::string& p) {
     std::ifstream in(p, std::ios::binary);
@@ -65,7 +61,7 @@ class SafetensorsTest : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
+  ag::test::ScratchDir scratch_{"safetensors"};
 };
 
 ck::NamedTensors sample() {
@@ -194,7 +190,7 @@ TEST_F(SafetensorsTest, FailedSaveLeavesThePreviousFileIntact) {
   // Either the old file or a complete new one: never a torn file.
   const ck::NamedTensors after = ck::load_safetensors(p);
   EXPECT_FALSE(after.tensors.empty());
-  for (const auto& entry : fs::directory_iterator(dir_)) {
+  for (const auto& entry : fs::directory_iterator(scratch_.dir())) {
     if (entry.path().string().find(".tmp.") != std::string::npos) fs::remove(entry.path());  // what a crash leaves
   }
 }
@@ -222,8 +218,8 @@ TEST_F(SafetensorsTest, NewFilesGetTheUmaskModeAndReplacedFilesKeepTheirs) {
 }
 
 TEST_F(SafetensorsTest, SavingThroughASymlinkWritesItsTarget) {
-  fs::create_directories(dir_ / "links");
-  fs::create_directories(dir_ / "data");
+  fs::create_directories(scratch_.dir() / "links");
+  fs::create_directories(scratch_.dir() / "data");
   const std::string target = path("data/run.safetensors"), link = path("links/run.safetensors");
   fs::create_symlink("../data/run.safetensors", link);  // relative, and dangling until the first save
   for (int round = 0; round < 2; ++round) {
@@ -242,7 +238,7 @@ TEST_F(SafetensorsTest, SavingThroughASymlinkWritesItsTarget) {
   EXPECT_EQ(ck::load_safetensors(target).tensors.size(), sample().tensors.size());
   EXPECT_EQ(mode_of(target), 0640);
   // Nothing temporary is left anywhere.
-  for (const auto& entry : fs::recursive_directory_iterator(dir_)) {
+  for (const auto& entry : fs::recursive_directory_iterator(scratch_.dir())) {
     EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
   }
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
@@ -18,6 +19,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "framework/allocator.h"
 #include "framework/autograd.h"
@@ -153,6 +156,33 @@ inline std::vector<uint8_t> bytes_of(const Tensor& t) {
   if (!out.empty()) std::memcpy(out.data(), host.data_ptr(), out.size());
   return out;
 }
+
+// ---- Files ---------------------------------------------------------------------------------------
+
+/// A folder of the test's own under the test temporary directory (named after `prefix` and the
+/// process, so parallel test binaries do not meet), created empty and removed with everything in
+/// it when this goes out of scope.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix)
+      : dir_(std::filesystem::path(::testing::TempDir()) / (prefix + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::filesystem::path& dir() const { return dir_; }
+  /// The path of a file in the folder.
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
 
 // ---- Random values ---------------------------------------------------------------------------
 
