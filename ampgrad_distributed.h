@@ -1,6 +1,6 @@
 // ampgrad's data-parallel training (namespace ampgrad::distributed): process groups on MPI and
 // NCCL, DistributedDataParallel, DistributedSampler and rank-0 checkpoints. Target //:distributed;
-// see README.md, "Data-parallel training".
+// see docs/data_parallel.md.
 #pragma once
 
 #include "ampgrad.h"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs tests/consumer (a workspace that uses ampgrad only through deps.bzl, as README.md
-# shows) from a fresh, temporary output base: once with the CUDA toolkit as found, once CPU-only.
+# Builds and runs tests/consumer (a workspace that uses ampgrad only through deps.bzl, as
+# docs/using.md shows) from a fresh, temporary output base: once with the CUDA toolkit as found,
+# once CPU-only.
 # Usage: tests/consumer/run.sh [extra bazel build flags, e.g. --disk_cache= for a cold build]
 set -euo pipefail
 cd "$(dirname "$0")"
