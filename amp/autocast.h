@@ -12,6 +12,7 @@ namespace ampgrad::amp {
 /// copies of FP32 parameters are cached, per dtype, until the outermost guard exits.
 class AutocastGuard {
  public:
+  /// Turns autocast on for `device` in `dtype` (float16 or bfloat16), or off when enabled is false.
   explicit AutocastGuard(Device device, DType dtype = DType::kFloat16, bool enabled = true);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;

@@ -19,6 +19,7 @@ namespace ampgrad::amp {
 /// non-finite one is seen; the hooks are removed when the watch is destroyed.
 class ForwardWatch {
  public:
+  /// Hooks `model` and its descendants; `model` must outlive the watch.
   explicit ForwardWatch(nn::Module& model);
   ~ForwardWatch();
   ForwardWatch(const ForwardWatch&) = delete;
@@ -28,6 +29,7 @@ class ForwardWatch {
   /// inf/NaN since the last reset(). Hooks run when a module's forward returns, so an inner
   /// module is seen before the module that contains it.
   const std::optional<std::string>& first_nonfinite() const { return *first_; }
+  /// Forgets the module seen, so the next non-finite output is recorded.
   void reset() { first_->reset(); }
 
  private:

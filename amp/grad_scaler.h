@@ -24,21 +24,22 @@ namespace ampgrad::amp {
 
 class ForwardWatch;
 
+/// GradScaler's schedule, as PyTorch's torch.amp.GradScaler arguments.
 struct GradScalerOptions {
-  double init_scale = 65536.0;
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-  bool enabled = true;  // false: every call is a pass-through
-  double min_scale = 0.0;                                       // the scale never drops below this
-  double max_scale = std::numeric_limits<double>::infinity();  // nor grows above this
+  double init_scale = 65536.0;  ///< the first loss scale
+  double growth_factor = 2.0;  ///< scale *= this after growth_interval clean steps in a row
+  double backoff_factor = 0.5;  ///< scale *= this after a step with inf/NaN gradients
+  int64_t growth_interval = 2000;  ///< clean steps before the scale grows
+  bool enabled = true;  ///< false: every call is a pass-through
+  double min_scale = 0.0;                                       ///< the scale never drops below this
+  double max_scale = std::numeric_limits<double>::infinity();  ///< nor grows above this
 };
 
 /// Everything needed to resume the schedule (for checkpoints).
 struct GradScalerState {
-  double scale = 65536.0;
-  int64_t growth_tracker = 0;
-  GradScalerOptions options;
+  double scale = 65536.0;  ///< the current loss scale
+  int64_t growth_tracker = 0;  ///< clean steps since the last growth or backoff
+  GradScalerOptions options;  ///< the schedule the state belongs to
 };
 
 /// The loop:  scaler.scale(loss).backward();  [scaler.unscale_(opt); clip]  scaler.step(opt);  scaler.update();
@@ -52,6 +53,7 @@ struct GradScalerState {
 /// backward).
 class GradScaler {
  public:
+  /// A scaler with this schedule (PyTorch's defaults).
   explicit GradScaler(GradScalerOptions options = {});
 
   /// loss * scale, in float32 (a float16 loss is widened first so the product cannot overflow).
@@ -72,18 +74,22 @@ class GradScaler {
   /// Sets the scale directly (a normal float32: in [2^-126, float's max]) and starts the next iteration.
   void update(double new_scale);
 
-  double get_scale() const;  // 1.0 when disabled
+  double get_scale() const;  ///< 1.0 when disabled
+  /// Clean steps counted towards the next growth.
   int64_t growth_tracker() const { return growth_tracker_; }
+  /// Whether the scaler scales (false: every call is a pass-through).
   bool is_enabled() const { return options_.enabled; }
+  /// The schedule given at construction (or restored by load_state).
   const GradScalerOptions& options() const { return options_; }
 
+  /// The scale, growth tracker and schedule, for a checkpoint.
   GradScalerState state() const;
   /// Restores the scale, growth tracker and schedule options from state(). `enabled` stays the
   /// constructor's choice: a disabled scaler ignores the call (as PyTorch's), and an enabled one
   /// refuses the state of a disabled scaler, which holds no schedule (scaling would silently stop).
   void load_state(const GradScalerState& state);
 
-  // Diagnostics (README, "AMP diagnostics"); none of them changes what the scaler does.
+  // Diagnostics (docs/diagnostics.md, "AMP diagnostics"); none of them changes what the scaler does.
   /// Names the parameters in reports, as Module::named_parameters() gives them, matched to the
   /// optimizers' parameters by identity (the handle). An unnamed one is "param<i>", i its index
   /// in its optimizer.
@@ -103,6 +109,7 @@ class GradScaler {
   /// module whose activation was already non-finite in the forward. Costs a read of every module
   /// output per training forward; unwatch_forward() removes the hooks.
   void watch_forward(nn::Module& model);
+  /// Removes the hooks watch_forward() installed.
   void unwatch_forward();
   /// The number of update() calls so far: the iteration statistics and skip reports carry.
   int64_t iteration() const { return iteration_; }

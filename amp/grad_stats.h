@@ -25,41 +25,44 @@ FormatLimits format_limits(DType dtype);
 /// Counts of the true gradient values v = g / scale by binary exponent: bin e holds the v with
 /// 2^e <= |v| < 2^(e+1), for e in [kMinExponent, kMaxExponent] (float32's finite range).
 struct ExponentHistogram {
-  std::array<int64_t, kNumExponentBins> counts{};
-  int64_t zeros = 0;      // v == 0
-  int64_t nonfinite = 0;  // v inf or NaN
-  double max_abs = 0;     // the largest finite |v| (exact, where the bins only bound it)
+  std::array<int64_t, kNumExponentBins> counts{};  ///< counts[e - kMinExponent]: the values with exponent e
+  int64_t zeros = 0;      ///< v == 0
+  int64_t nonfinite = 0;  ///< v inf or NaN
+  double max_abs = 0;     ///< the largest finite |v| (exact, where the bins only bound it)
 
-  int64_t count(int exponent) const;  // 0 outside the range
+  int64_t count(int exponent) const;  ///< 0 outside the range
+  /// The values counted in the bins: neither zero nor inf/NaN.
   int64_t nonzero_finite() const;
   /// The smallest and largest exponent with a count (min > max when there is none).
   int min_exponent() const;
+  /// See min_exponent().
   int max_exponent() const;
+  /// Adds other's counts (and keeps the larger max_abs).
   ExponentHistogram& operator+=(const ExponentHistogram& other);
 };
 
 /// How one gradient's values sit against one low-precision format F (counts of values).
 struct FormatStats {
-  DType dtype = DType::kFloat16;
+  DType dtype = DType::kFloat16;  ///< the format the counts are against
   // At the current scale, the gradient as stored (g, scaled):
-  int64_t subnormal = 0;  // in F's subnormal range: kept with fewer significant bits
-  int64_t underflow = 0;  // nonzero, but F rounds them to 0 (|g| <= F's smallest subnormal / 2)
-  int64_t overflow = 0;   // F rounds them to inf (|g| >= F's max + half an ulp), infs included
+  int64_t subnormal = 0;  ///< in F's subnormal range: kept with fewer significant bits
+  int64_t underflow = 0;  ///< nonzero, but F rounds them to 0 (|g| <= F's smallest subnormal / 2)
+  int64_t overflow = 0;   ///< F rounds them to inf (|g| >= F's max + half an ulp), infs included
   // Without loss scaling (v = g / scale):
-  int64_t underflow_unscaled = 0;  // nonzero, but F would round them to 0: lost without the scale
+  int64_t underflow_unscaled = 0;  ///< nonzero, but F would round them to 0: lost without the scale
 };
 
 /// One parameter's gradient statistics.
 struct ParamGradStats {
-  std::string name;  // from GradScaler::set_parameter_names, else "param<i>"
-  DType grad_dtype = DType::kFloat32;
-  int64_t numel = 0;
-  int64_t zeros = 0;   // g exactly 0: flushed in the backward, or truly zero (a dead ReLU)
-  int64_t infs = 0;    // g is +-inf
-  int64_t nans = 0;    // g is NaN
-  double max_abs = 0;  // the largest finite |g| (scaled)
-  std::vector<FormatStats> formats{};  // one per low_precision_dtypes() entry
-  ExponentHistogram histogram{};       // of the unscaled values
+  std::string name;  ///< from GradScaler::set_parameter_names, else "param<i>"
+  DType grad_dtype = DType::kFloat32;  ///< the dtype the gradient is stored in
+  int64_t numel = 0;  ///< its number of elements
+  int64_t zeros = 0;   ///< g exactly 0: flushed in the backward, or truly zero (a dead ReLU)
+  int64_t infs = 0;    ///< g is +-inf
+  int64_t nans = 0;    ///< g is NaN
+  double max_abs = 0;  ///< the largest finite |g| (scaled)
+  std::vector<FormatStats> formats{};  ///< one per low_precision_dtypes() entry
+  ExponentHistogram histogram{};       ///< of the unscaled values
 
   /// count / numel (0 for an empty gradient).
   double fraction(int64_t count) const;
@@ -82,9 +85,9 @@ FormatTable make_format_table(const std::vector<DType>& formats);
 
 /// The statistics of one iteration's gradients.
 struct GradStatsReport {
-  int64_t iteration = 0;  // the scaler's iteration (its update() count) when measured
-  double scale = 1.0;     // the loss scale the gradients carry
-  std::vector<ParamGradStats> params{};
+  int64_t iteration = 0;  ///< the scaler's iteration (its update() count) when measured
+  double scale = 1.0;     ///< the loss scale the gradients carry
+  std::vector<ParamGradStats> params{};  ///< one per parameter, in the optimizers' order
   /// Everything summed, named "(all)".
   ParamGradStats total() const;
   /// A table, one row per parameter and a total: zero / subnormal / underflow fractions, max |g|,
@@ -99,9 +102,9 @@ GradStatsReport measure_grad_stats(const std::vector<std::pair<std::string, Tens
 
 /// What recommend_scale decides from.
 struct RecommendScaleOptions {
-  DType dtype = DType::kFloat16;          // the format the scaled gradients must fit
-  double max_underflow_fraction = 1e-3;   // of the nonzero finite values, allowed to round to 0
-  int margin_log2 = 0;                    // doublings kept free below the overflow bound
+  DType dtype = DType::kFloat16;          ///< the format the scaled gradients must fit
+  double max_underflow_fraction = 1e-3;   ///< of the nonzero finite values, allowed to round to 0
+  int margin_log2 = 0;                    ///< doublings kept free below the overflow bound
 };
 
 /// The recommendation: the largest power of two 2^k with max|v| * 2^k <= the format's max
@@ -111,12 +114,12 @@ struct RecommendScaleOptions {
 /// Lowering the scale only adds underflows, so when that fraction is above the threshold no
 /// power of two meets both conditions: the format's range is too narrow for these gradients.
 struct ScaleRecommendation {
-  double scale = 1.0;              // 2^k
-  int log2_scale = 0;              // k
-  double underflow_fraction = 0;   // at 2^k
-  bool meets_underflow = true;     // underflow_fraction <= max_underflow_fraction
-  bool saw_nonfinite = false;      // the histogram had inf/NaN values: the bound comes from the finite ones
-  bool empty = false;              // no nonzero finite value: scale 1, nothing to go by
+  double scale = 1.0;              ///< 2^k
+  int log2_scale = 0;              ///< k
+  double underflow_fraction = 0;   ///< at 2^k
+  bool meets_underflow = true;     ///< underflow_fraction <= max_underflow_fraction
+  bool saw_nonfinite = false;      ///< the histogram had inf/NaN values: the bound comes from the finite ones
+  bool empty = false;              ///< no nonzero finite value: scale 1, nothing to go by
 };
 
 /// Recommends a loss scale from a histogram of true gradient values (see ScaleRecommendation).

@@ -18,16 +18,17 @@ namespace ampgrad::amp {
 /// Zeros and inf/NaN are left out. An empty histogram gives num = 0 and no buckets.
 utils::Histogram exponent_histogram_proto(const ExponentHistogram& histogram);
 
+/// What log_grad_stats writes.
 struct GradStatsLogOptions {
-  DType dtype = DType::kFloat16;  // the format the fractions are counted against
-  bool per_parameter = true;      // false: only the totals ("all")
-  RecommendScaleOptions recommend{};
+  DType dtype = DType::kFloat16;  ///< the format the fractions are counted against
+  bool per_parameter = true;      ///< false: only the totals ("all")
+  RecommendScaleOptions recommend{};  ///< what recommend_scale decides from, for amp/recommended_*
 };
 
 /// Writes `report` at `step` (tags use the parameter names; the total is "all"):
-///   grad/<name>/zero, subnormal, underflow, overflow, underflow_unscaled   fractions of numel
-///   grad/<name>/max_abs (scaled, as stored), grad/<name>/headroom_log2 (when finite)
-///   grad_exponent/<name>   histogram of log2 |g / scale| (exponent_histogram_proto)
+///   grad/{name}/zero, subnormal, underflow, overflow, underflow_unscaled   fractions of numel
+///   grad/{name}/max_abs (scaled, as stored), grad/{name}/headroom_log2 (when finite)
+///   grad_exponent/{name}   histogram of log2 |g / scale| (exponent_histogram_proto)
 ///   amp/scale_log2, amp/recommended_scale_log2, amp/recommended_underflow   from the total's histogram
 void add_grad_stats(utils::SummaryWriter& writer, const GradStatsReport& report, int64_t step,
                     const GradStatsLogOptions& options = {});

@@ -16,23 +16,24 @@ enum class InfOrigin {
   kScaledLoss,         // the loss was finite, but loss * scale overflowed float32
   kBackward,           // the forward was finite: a gradient overflowed (or became NaN) in the backward
 };
-std::string_view origin_name(InfOrigin origin);
+std::string_view origin_name(InfOrigin origin);  ///< "forward activation", "forward loss", "scaled loss" or "backward"
 
 /// One parameter whose gradient held inf/NaN values.
 struct NonfiniteGrad {
-  std::string name;
-  int64_t infs = 0;
-  int64_t nans = 0;
-  int64_t numel = 0;
-  uint64_t backward_order = 0;  // when the latest backward to reach it first wrote it (smaller: earlier)
+  std::string name;  ///< the parameter's name (GradScaler::set_parameter_names)
+  int64_t infs = 0;  ///< elements that are +-inf
+  int64_t nans = 0;  ///< elements that are NaN
+  int64_t numel = 0;  ///< the gradient's number of elements
+  uint64_t backward_order = 0;  ///< when the latest backward to reach it first wrote it (smaller: earlier)
 };
 
+/// Why GradScaler skipped a step: where the first inf/NaN came from, and which gradients held one.
 struct SkipReport {
-  int64_t iteration = 0;  // the scaler's iteration (its update() count)
-  double scale = 1.0;     // the scale the step ran at
-  InfOrigin origin = InfOrigin::kBackward;
-  std::string module{};   // kForwardActivation: the module's name in named_modules() ("" is the model)
-  double loss = 0.0;      // the first loss given to scale() in the iteration
+  int64_t iteration = 0;  ///< the scaler's iteration (its update() count)
+  double scale = 1.0;     ///< the scale the step ran at
+  InfOrigin origin = InfOrigin::kBackward;  ///< where the non-finite values started
+  std::string module{};   ///< kForwardActivation: the module's name in named_modules() ("" is the model)
+  double loss = 0.0;      ///< the first loss given to scale() in the iteration
   /// Every parameter whose gradient held inf/NaN, in the order the backward first wrote them:
   /// an inf flows from where it arose toward the inputs, so the first is nearest its origin.
   /// Empty when no gradient of this process held one (another process's did).

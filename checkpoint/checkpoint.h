@@ -18,11 +18,11 @@ namespace ampgrad::checkpoint {
 
 /// What a checkpoint holds. The model is required; the rest is optional.
 struct TrainingState {
-  nn::Module* model = nullptr;
-  optim::Optimizer* optimizer = nullptr;
-  amp::GradScaler* scaler = nullptr;
-  std::map<std::string, std::string> user_metadata = {};  // saved as given, returned by load
-  optim::LRScheduler* scheduler = nullptr;
+  nn::Module* model = nullptr;  ///< its state_dict (required)
+  optim::Optimizer* optimizer = nullptr;  ///< its parameter groups, masters and state (optional)
+  amp::GradScaler* scaler = nullptr;  ///< the loss scale and schedule (optional)
+  std::map<std::string, std::string> user_metadata = {};  ///< saved as given, returned by load
+  optim::LRScheduler* scheduler = nullptr;  ///< its epoch and learning rates (optional)
 };
 
 /// Saves the state and the global random generator's state to `path` (atomically).
@@ -46,8 +46,8 @@ enum class KeyMatching {
 
 /// The names load_model did not load (PyTorch's load_state_dict result).
 struct LoadReport {
-  std::vector<std::string> missing_keys;     // in the model's state_dict(), not in the file
-  std::vector<std::string> unexpected_keys;  // in the file (read or not), not in the model
+  std::vector<std::string> missing_keys;     ///< in the model's state_dict(), not in the file
+  std::vector<std::string> unexpected_keys;  ///< in the file (read or not), not in the model
 };
 
 /// Loads a state_dict file (save_model's, or PyTorch's safetensors.torch.save_file of a

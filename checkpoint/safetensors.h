@@ -11,9 +11,10 @@
 
 namespace ampgrad::checkpoint {
 
+/// A safetensors file's contents: the tensors in file order and the header's metadata.
 struct NamedTensors {
-  std::vector<std::pair<std::string, Tensor>> tensors = {};  // saved in this order
-  std::map<std::string, std::string> metadata = {};     // the header's "__metadata__"
+  std::vector<std::pair<std::string, Tensor>> tensors = {};  ///< saved in this order
+  std::map<std::string, std::string> metadata = {};     ///< the header's "__metadata__"
   /// Filled by load: a tensor stored in a dtype of the format that ampgrad has no dtype for, read
   /// into a wider one that holds each of its values exactly (the 8-bit floats into float32; BOOL,
   /// U8, I8, I16, U16, I32, U32 and U64 into int64): name -> the file's dtype ("I32"). Save ignores

@@ -13,9 +13,9 @@ namespace ampgrad::data {
 
 /// An IDX array of unsigned bytes (element type 0x08, the only one the MNIST family uses).
 struct IdxArray {
-  Shape shape;                  // what was read: shape[0] is at most read_idx's max_items
-  int64_t declared_items = 0;   // the header's first dimension (all the file holds)
-  std::vector<uint8_t> values;  // row-major, shape_numel(shape) of them
+  Shape shape;                  ///< what was read: shape[0] is at most read_idx's max_items
+  int64_t declared_items = 0;   ///< the header's first dimension (all the file holds)
+  std::vector<uint8_t> values;  ///< row-major, shape_numel(shape) of them
 };
 
 /// Reads the IDX file at `path`, gzip-compressed or not. max_items >= 0 reads only the first

@@ -10,17 +10,21 @@
 
 namespace ampgrad::data {
 
-enum class MnistSplit : uint8_t { kTrain, kTest };  // the train-* files, the t10k-* files
+/// Which half of the data set: the train-* files or the t10k-* files.
+enum class MnistSplit : uint8_t { kTrain, kTest };
+/// Which file of a split: the images (idx3) or the labels (idx1).
 enum class MnistFile : uint8_t { kImages, kLabels };
 
+/// How much of a split load_mnist reads, and the labels it accepts.
 struct MnistOptions {
-  int64_t max_samples = -1;  // read only the first ones (< 0: all)
-  int64_t num_classes = 10;  // every label must be in [0, num_classes)
+  int64_t max_samples = -1;  ///< read only the first ones (< 0: all)
+  int64_t num_classes = 10;  ///< every label must be in [0, num_classes)
 };
 
+/// A split as tensors, sample i being images[i] and labels[i].
 struct MnistData {
-  Tensor images;  // float32 [N, rows, cols]: pixel / 255, in [0, 1]
-  Tensor labels;  // int64 [N]
+  Tensor images;  ///< float32 [N, rows, cols]: pixel / 255, in [0, 1]
+  Tensor labels;  ///< int64 [N]
 };
 
 /// The path load_mnist reads for a split's images or labels: DIR/NAME.gz if it exists, else DIR/NAME

@@ -11,10 +11,11 @@
 
 namespace ampgrad::distributed {
 
+/// One parameter's gradient as the bucketing sees it.
 struct BucketParam {
-  int64_t bytes;
-  DType dtype;
-  Device device;
+  int64_t bytes;  ///< its gradient's size in bytes
+  DType dtype;  ///< its gradient's dtype (a bucket holds one dtype)
+  Device device;  ///< its device (a bucket holds one device)
 };
 
 /// Parameters are taken in reverse order (backward produces the last layer's gradients first);

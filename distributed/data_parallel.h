@@ -14,6 +14,7 @@
 
 namespace ampgrad::distributed {
 
+/// How DistributedDataParallel buckets, broadcasts and overlaps (PyTorch's DDP arguments).
 struct DataParallelOptions {
   /// A bucket closes once it holds this many MiB of gradients (PyTorch's bucket_cap_mb).
   double bucket_cap_mb = 25.0;
@@ -32,13 +33,13 @@ struct DataParallelOptions {
 
 /// What the reduction cost, for benchmarks.
 struct DataParallelStats {
-  int64_t buckets = 0;
-  int64_t parameters = 0;             // elements of the parameters that require grad
-  int64_t bytes_per_sync = 0;         // gradient bytes all-reduced per synchronised backward
-  int64_t syncs = 0;                  // backward passes that reduced
-  int64_t last_overlapped_buckets = 0;  // buckets the last one launched before backward's last gradient
-  double last_wait_seconds = 0.0;     // time the last one waited for communication at its end
-  double total_wait_seconds = 0.0;
+  int64_t buckets = 0;  ///< buckets the gradients are reduced in
+  int64_t parameters = 0;             ///< elements of the parameters that require grad
+  int64_t bytes_per_sync = 0;         ///< gradient bytes all-reduced per synchronised backward
+  int64_t syncs = 0;                  ///< backward passes that reduced
+  int64_t last_overlapped_buckets = 0;  ///< buckets the last one launched before backward's last gradient
+  double last_wait_seconds = 0.0;     ///< time the last one waited for communication at its end
+  double total_wait_seconds = 0.0;  ///< time all of them waited for communication at their ends
 };
 
 /// A Module whose only child is the wrapped module, registered as "module" (so named_parameters()
@@ -61,14 +62,18 @@ class DistributedDataParallel : public nn::Module {
   /// Throws if the previous backward left parameters without gradients (every parameter that
   /// requires grad must take part in the loss, as with PyTorch's default find_unused_parameters=False).
   Tensor forward(const Tensor& x) override;
+  /// The wrapped module.
   nn::Module& module() { return module_; }
+  /// The group the gradients are reduced over.
   ProcessGroup& group() { return group_; }
+  /// What the reduction has cost so far.
   const DataParallelStats& stats() const { return stats_; }
 
   /// RAII from no_sync(): backward passes of forwards run while it lives accumulate gradients
   /// locally; the first forward/backward after it reduces the accumulated sum.
   class NoSyncGuard {
    public:
+    /// Turns reduction off for as long as the guard lives (restoring the previous setting after).
     explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.sync_enabled_) {
       ddp.sync_enabled_ = false;
     }

@@ -14,13 +14,14 @@
 
 namespace ampgrad::distributed {
 
+/// The communication library: MPI (CPU tensors) or NCCL (CUDA tensors).
 enum class Backend : uint8_t { kMPI, kNCCL };
-std::string_view backend_name(Backend backend);  // "mpi", "nccl"
+std::string_view backend_name(Backend backend);  ///< "mpi", "nccl"
 
 /// kAvg is kSum divided by the group size. In 16-bit dtypes each rank's tensor is divided before
 /// the sum (so partial sums cannot overflow where the average would not), wider ones after.
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax };
-std::string_view reduce_op_name(ReduceOp op);  // "sum", "avg", "max"
+std::string_view reduce_op_name(ReduceOp op);  ///< "sum", "avg", "max"
 
 /// Whether a collective first checks that every rank passes the same shape, dtype and a tensor
 /// on the group's device (one small extra round trip; a mismatch is then an Error on every rank
@@ -30,6 +31,7 @@ enum class CheckAcrossRanks : bool { kNo, kYes };
 /// The collective timeout when none is given: $AMPGRAD_DISTRIBUTED_TIMEOUT (seconds, > 0) when
 /// set, else this.
 inline constexpr double kDefaultTimeoutSeconds = 300.0;
+/// The collective timeout to use: $AMPGRAD_DISTRIBUTED_TIMEOUT or kDefaultTimeoutSeconds.
 double default_timeout_seconds();
 
 /// The start-up timeout when none is given: $AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT (seconds, > 0)
@@ -37,8 +39,10 @@ double default_timeout_seconds();
 /// waits for every rank's process to be launched and loaded, which on a busy machine takes far
 /// longer than a collective between running ranks, so it has its own, generous deadline.
 inline constexpr double kDefaultStartupTimeoutSeconds = 300.0;
+/// The start-up timeout to use: $AMPGRAD_DISTRIBUTED_STARTUP_TIMEOUT or kDefaultStartupTimeoutSeconds.
 double default_startup_timeout_seconds();
 
+/// Timeouts of a process group.
 struct ProcessGroupOptions {
   /// How long one collective may wait for the other ranks before it throws and the group becomes
   /// unusable; <= 0 means default_timeout_seconds().
@@ -50,7 +54,7 @@ struct ProcessGroupOptions {
 
 /// The two timeouts of `options`, defaults filled in.
 double collective_timeout(const ProcessGroupOptions& options);
-double startup_timeout(const ProcessGroupOptions& options);
+double startup_timeout(const ProcessGroupOptions& options);  ///< see collective_timeout
 
 /// A collective in flight (torch.distributed's Work). Its tensor must not be used until wait().
 class Work {
@@ -72,9 +76,13 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
+  /// This process's index in the group, in [0, size()).
   int rank() const { return rank_; }
+  /// The number of processes in the group.
   int size() const { return size_; }
+  /// How long one collective waits for the other ranks before it throws.
   double timeout_seconds() const { return timeout_seconds_; }
+  /// The library the group communicates through (MPI or NCCL).
   virtual Backend backend() const = 0;
   /// Where this group's tensors live: kCPU for MPI, kCUDA for NCCL.
   virtual Device device() const = 0;
@@ -84,10 +92,12 @@ class ProcessGroup {
   /// int64 (kSum, kMax).
   virtual std::shared_ptr<Work> all_reduce_async(Tensor& tensor, ReduceOp op,
                                                  CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
+  /// all_reduce_async, waited for.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::kSum) { all_reduce_async(tensor, op)->wait(); }
   /// In place: tensor = root's tensor on every rank.
   virtual std::shared_ptr<Work> broadcast_async(Tensor& tensor, int root,
                                                 CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
+  /// broadcast_async, waited for.
   void broadcast(Tensor& tensor, int root = 0) { broadcast_async(tensor, root)->wait(); }
   /// Returns once every rank called it.
   virtual void barrier() = 0;
@@ -99,8 +109,10 @@ class ProcessGroup {
   virtual std::vector<std::string> all_gather_bytes(const std::string& bytes) = 0;
 
  protected:
+  /// A group member: rank of size, collectives timing out after timeout_seconds.
   ProcessGroup(int rank, int size, double timeout_seconds)
       : rank_(rank), size_(size), timeout_seconds_(timeout_seconds) {}
+  /// Changes the collective timeout (after a setup that ran under the start-up timeout).
   void set_timeout(double seconds) { timeout_seconds_ = seconds; }
 
  private:
@@ -118,16 +130,17 @@ std::shared_ptr<ProcessGroup> new_group(Backend backend = Backend::kMPI, Process
 /// Creates the default group and installs the GradScaler found-inf hook (amp/found_inf_sync.h)
 /// that MAX-reduces the inf/NaN flag over it, so every rank skips or steps together.
 ProcessGroup& init_process_group(Backend backend = Backend::kMPI, ProcessGroupOptions options = {});
+/// Whether init_process_group has run (and destroy_process_group has not).
 bool is_initialized();
-ProcessGroup& default_group();  // throws unless initialised
-int get_rank();
-int get_world_size();
+ProcessGroup& default_group();  ///< throws unless initialised
+int get_rank();  ///< default_group().rank()
+int get_world_size();  ///< default_group().size()
 /// Drops the default group and the found-inf hook (MPI itself stays up until the process exits).
 void destroy_process_group();
 
 // The same collectives over the default group.
-void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::kSum);
-void broadcast(Tensor& tensor, int root = 0);
-void barrier();
+void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::kSum);  ///< default_group().all_reduce
+void broadcast(Tensor& tensor, int root = 0);  ///< default_group().broadcast
+void barrier();  ///< default_group().barrier
 
 }  // namespace ampgrad::distributed

@@ -9,10 +9,11 @@
 
 namespace ampgrad::distributed {
 
+/// How DistributedSampler orders and splits the indices (PyTorch's DistributedSampler arguments).
 struct DistributedSamplerOptions {
-  bool shuffle = true;
-  uint64_t seed = 0;       // the same on every rank
-  bool drop_last = false;  // true: drop the tail that does not divide evenly; false: pad by repeating
+  bool shuffle = true;  ///< permute the indices every epoch
+  uint64_t seed = 0;       ///< the same on every rank
+  bool drop_last = false;  ///< true: drop the tail that does not divide evenly; false: pad by repeating
 };
 
 /// The indices 0..dataset_size-1, permuted per epoch (when shuffling) by a generator seeded with
@@ -21,12 +22,14 @@ struct DistributedSamplerOptions {
 /// So the ranks' shares are disjoint (but for the padding) and cover the data set every epoch.
 class DistributedSampler {
  public:
+  /// The sampler of replica `rank` of num_replicas over dataset_size samples.
   DistributedSampler(int64_t dataset_size, int num_replicas, int rank, DistributedSamplerOptions options = {});
   /// num_replicas and rank from the group.
   DistributedSampler(int64_t dataset_size, const ProcessGroup& group, DistributedSamplerOptions options = {});
 
   /// Call at the start of every epoch: without it every epoch repeats the same order.
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  /// The epoch set_epoch gave (0 before any).
   int64_t epoch() const { return epoch_; }
   /// This rank's indices for the current epoch (size() of them).
   std::vector<int64_t> indices() const;

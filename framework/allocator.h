@@ -8,19 +8,24 @@
 
 namespace ampgrad {
 
+/// The bytes an allocator hands out and holds (see memory_stats).
 struct MemoryStats {
-  int64_t current_bytes = 0;  // held by live tensors now
-  int64_t peak_bytes = 0;     // most ever held at once (since the last reset)
-  int64_t reserved_bytes = 0; // held from the system, including cached free blocks
+  int64_t current_bytes = 0;  ///< held by live tensors now
+  int64_t peak_bytes = 0;     ///< most ever held at once (since the last reset)
+  int64_t reserved_bytes = 0; ///< held from the system, including cached free blocks
 };
 
 /// Hands out raw, suitably aligned memory for one device.
 class Allocator {
  public:
   virtual ~Allocator() = default;
+  /// At least nbytes, aligned for any element type (kCpuAlignment on the CPU); throws when out of memory.
   virtual void* allocate(size_t nbytes) = 0;
+  /// Returns a block from allocate(nbytes), with the same nbytes.
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  /// Live, peak and reserved bytes.
   virtual MemoryStats stats() const = 0;
+  /// Starts the peak over from the bytes held now.
   virtual void reset_peak() = 0;
 };
 

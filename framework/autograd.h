@@ -18,7 +18,9 @@ struct Storage;
 /// Thread-local switch for recording; NoGradGuard turns it off for a scope.
 class GradMode {
  public:
+  /// Whether ops run now are recorded on the tape (true unless a NoGradGuard is alive).
   static bool is_enabled();
+  /// Turns recording on or off for this thread.
   static void set_enabled(bool enabled);
 };
 
@@ -42,15 +44,19 @@ class NoGradGuard {
 /// backward unless the graph is retained.
 class SavedTensors {
  public:
-  static constexpr size_t kMaxSaved = 4;
-  static constexpr size_t kMaxInputs = 32;
+  static constexpr size_t kMaxSaved = 4;  ///< tensors an op may save
+  static constexpr size_t kMaxInputs = 32;  ///< inputs an op may have (needs_grad's bits)
 
+  /// An empty set for the op named op_name (the name goes into its errors).
   explicit SavedTensors(std::string_view op_name) : op_name_(op_name) {}
+  /// Keeps `tensor` and its storage's version (at most kMaxSaved).
   void save(const Tensor& tensor);
-  const Tensor& operator[](size_t index) const;  // throws once released or modified in place
+  const Tensor& operator[](size_t index) const;  ///< throws once released or modified in place
+  /// Drops every saved tensor (after backward, unless the graph is retained).
   void release();
   /// Whether the op's input `index` needs a gradient (backward may skip the others).
   bool needs_grad(size_t index) const { return index < kMaxInputs && ((needs_grad_ >> index) & 1u) != 0; }
+  /// Marks the op's input `index` as needing a gradient.
   void set_needs_grad(size_t index) { needs_grad_ |= uint32_t{1} << index; }
   /// Throws if `output` (the op's result) was saved: that would be a reference cycle.
   void check_not_saved(const Tensor& output) const;
@@ -70,8 +76,8 @@ class SavedTensors {
 
 /// Where an input's gradient goes: the node that produced it, or the leaf that accumulates it.
 struct Edge {
-  std::shared_ptr<Node> node;
-  std::shared_ptr<TensorImpl> leaf;
+  std::shared_ptr<Node> node;  ///< the node that produced the input (null for a leaf)
+  std::shared_ptr<TensorImpl> leaf;  ///< the leaf that accumulates the gradient (null for a produced input)
 };
 
 /// One recorded op. backward() maps the gradient of its output to one gradient per input
@@ -81,12 +87,16 @@ class Node {
   Node();
   /// Hands the inputs' nodes to release_node, so that freeing a long chain never recurses.
   virtual ~Node();
+  /// The op's name, for errors and the anomaly trace.
   virtual std::string_view name() const = 0;
+  /// One gradient per input from the gradient of the output.
   virtual std::vector<Tensor> backward(const Tensor& grad_output) = 0;
+  /// Frees the tensors saved for backward.
   virtual void release_saved() = 0;
 
+  /// Recording order on this thread's tape (backward replays in descending order).
   uint64_t sequence_nr() const { return sequence_nr_; }
-  std::vector<Edge> next_edges;
+  std::vector<Edge> next_edges;  ///< one per input of the op, in order
 
  private:
   friend void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain);
@@ -101,8 +111,8 @@ class Node {
 
 /// A leaf's post-accumulate-grad hooks (Tensor::register_post_accumulate_grad_hook), by id.
 struct PostAccumulateGradHooks {
-  std::vector<std::pair<uint64_t, PostAccumulateGradHook>> hooks;
-  uint64_t next_id = 1;
+  std::vector<std::pair<uint64_t, PostAccumulateGradHook>> hooks;  ///< (id, hook) in registration order
+  uint64_t next_id = 1;  ///< the id the next hook gets
 };
 
 namespace detail {

@@ -9,10 +9,22 @@ namespace ampgrad {
 /// What the CPU and the operating system together support (CPUID, and XGETBV for the register
 /// state the OS saves). Detected on the first call to cpu_features().
 struct CpuFeatures {
-  bool sse42 = false, avx2 = false, fma = false, f16c = false;  // the default build's baseline
-  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512_bf16 = false, avx512_fp16 = false;
-  bool amx_tile = false, amx_bf16 = false, amx_fp16 = false;  // Linux also asks for a permission to use AMX
+  // The default build's baseline.
+  bool sse42 = false;  ///< SSE4.2 (the CRC-32C instruction)
+  bool avx2 = false;   ///< AVX2
+  bool fma = false;    ///< FMA3
+  bool f16c = false;   ///< F16C (float16 <-> float32 conversions)
+  // Chosen at run time.
+  bool avx512f = false;      ///< AVX-512 Foundation
+  bool avx512bw = false;     ///< AVX-512 byte and word instructions
+  bool avx512vl = false;     ///< AVX-512 at 128 and 256 bits
+  bool avx512dq = false;     ///< AVX-512 doubleword and quadword instructions
+  bool avx512_bf16 = false;  ///< AVX512_BF16 (VDPBF16PS: BF16 pairs multiplied and summed in float)
+  bool avx512_fp16 = false;  ///< AVX512_FP16 (float16 arithmetic)
+  // Linux also asks for a permission to use AMX.
+  bool amx_tile = false;  ///< AMX tiles
+  bool amx_bf16 = false;  ///< AMX BF16 tile products
+  bool amx_fp16 = false;  ///< AMX FP16 tile products
 };
 
 /// The features of the running CPU, detected once per process.

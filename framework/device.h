@@ -11,16 +11,20 @@
 
 namespace ampgrad {
 
+/// Where a tensor's storage lives: host memory or a CUDA GPU.
 enum class Device : uint8_t { kCPU, kCUDA };
-inline constexpr size_t kNumDevices = 2;  // sizes per-device state (autocast, allocators)
+inline constexpr size_t kNumDevices = 2;  ///< sizes per-device state (autocast, allocators)
+/// Every device kind, in enum order.
 inline constexpr std::array<Device, kNumDevices> kAllDevices = {Device::kCPU, Device::kCUDA};
 
 /// Whether a host-to-device copy may return before it has finished (Tensor::to(Device, NonBlocking)).
 enum class NonBlocking : bool { kNo, kYes };
 
+/// The device's position in per-device arrays.
 constexpr size_t device_index(Device device) { return static_cast<size_t>(device); }
+/// "cpu" or "cuda".
 constexpr std::string_view device_name(Device device) { return device == Device::kCPU ? "cpu" : "cuda"; }
-std::ostream& operator<<(std::ostream& out, Device device);
+std::ostream& operator<<(std::ostream& out, Device device);  ///< prints device_name(device)
 
 /// Whether this build has the CUDA backend (the toolkit was found when it was compiled).
 bool cuda_is_compiled();
@@ -45,6 +49,7 @@ namespace cuda {
 /// FP32 accumulation), like PyTorch's torch.backends.cuda.matmul.allow_tf32. Off by default, so
 /// float32 results match the CPU to float rounding. Process-wide; no effect on the CPU.
 void set_allow_tf32(bool allow);
+/// Whether TF32 is allowed (see set_allow_tf32).
 bool allow_tf32();
 /// Why cuda_is_available() is false ("" when it is true): a CPU-only build, the CUDA runtime's
 /// error (e.g. cudaErrorInsufficientDriver: no driver, or one older than the runtime), or no device.

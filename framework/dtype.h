@@ -17,48 +17,55 @@
 
 namespace ampgrad {
 
+/// The element types: PyTorch's float32, float16, float64, int64 and bfloat16.
 enum class DType : uint8_t { kFloat32, kFloat16, kFloat64, kInt64, kBFloat16 };
-inline constexpr size_t kNumDTypes = 5;
+inline constexpr size_t kNumDTypes = 5;  ///< rows of the table (checked against it below)
 
 /// The value facts of a dtype (the type facts, Storage and Compute, are in DTypeTraits).
 struct DTypeInfo {
-  DType dtype;                        // the row's own enumerator: the table follows the enum
-  std::string_view name;              // "float32", as PyTorch prints it
-  std::string_view safetensors_name;  // "F32": the dtype string of the safetensors format
-  size_t size;                        // bytes per element
-  bool is_floating;
-  bool is_low_precision;  // a 16-bit float: autocast's compute dtype, kept with an FP32 master copy
-  int promotion_rank;     // binary ops promote to the input of highest rank (see promote_types)
-  double eps;             // gap between 1 and the next value (2^-23 for float32): the precision unit
+  DType dtype;                        ///< the row's own enumerator: the table follows the enum
+  std::string_view name;              ///< "float32", as PyTorch prints it
+  std::string_view safetensors_name;  ///< "F32": the dtype string of the safetensors format
+  size_t size;                        ///< bytes per element
+  bool is_floating;  ///< a floating-point dtype (everything but int64): differentiable
+  bool is_low_precision;  ///< a 16-bit float: autocast's compute dtype, kept with an FP32 master copy
+  int promotion_rank;     ///< binary ops promote to the input of highest rank (see promote_types)
+  double eps;             ///< gap between 1 and the next value (2^-23 for float32): the precision unit
   // The range, for floating dtypes (what underflows and overflows, e.g. in gradient statistics);
   // an integer row holds its largest value (rounded to a double) and 1.
-  double max;            // largest finite value: 65504 for float16
-  double min_normal;     // smallest positive normal value: 2^-14 for float16
-  double min_subnormal;  // smallest positive value, min_normal * eps: 2^-24 for float16
+  double max;            ///< largest finite value: 65504 for float16
+  double min_normal;     ///< smallest positive normal value: 2^-14 for float16
+  double min_subnormal;  ///< smallest positive value, min_normal * eps: 2^-24 for float16
 };
 
 /// One row per dtype: Storage is the C++ type kernels read and write, Compute the one they
 /// compute in (float for 16-bit storage, as tensor cores do). A new dtype is a row here, its
 /// enumerator and its storage type; the lists below and the visitors derive from the rows.
 template <DType D> struct DTypeTraits;
+/// float32: the default dtype, and that of the FP32 master weights.
 template <> struct DTypeTraits<DType::kFloat32> {
-  using Storage = float;
-  using Compute = float;
+  using Storage = float;  ///< kernels read and write float
+  using Compute = float;  ///< and compute in float
+  /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kFloat32, .name = "float32", .safetensors_name = "F32", .size = 4,
                                   .is_floating = true, .is_low_precision = false, .promotion_rank = 2,
                                   .eps = 0x1p-23, .max = 0x1.fffffep+127, .min_normal = 0x1p-126,
                                   .min_subnormal = 0x1p-149};
 };
+/// float16: 5 exponent bits, 10 significand bits; small gradients underflow without loss scaling.
 template <> struct DTypeTraits<DType::kFloat16> {
-  using Storage = Half;
-  using Compute = float;
+  using Storage = Half;  ///< stored as IEEE binary16
+  using Compute = float;  ///< computed in float
+  /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kFloat16, .name = "float16", .safetensors_name = "F16", .size = 2,
                                   .is_floating = true, .is_low_precision = true, .promotion_rank = 1,
                                   .eps = 0x1p-10, .max = 65504.0, .min_normal = 0x1p-14, .min_subnormal = 0x1p-24};
 };
+/// float64: the reference precision of the tests.
 template <> struct DTypeTraits<DType::kFloat64> {
-  using Storage = double;
-  using Compute = double;
+  using Storage = double;  ///< kernels read and write double
+  using Compute = double;  ///< and compute in double
+  /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kFloat64, .name = "float64", .safetensors_name = "F64", .size = 8,
                                   .is_floating = true, .is_low_precision = false, .promotion_rank = 3,
                                   .eps = 0x1p-52, .max = 0x1.fffffffffffffp+1023, .min_normal = 0x1p-1022,
@@ -66,16 +73,18 @@ template <> struct DTypeTraits<DType::kFloat64> {
 };
 /// Labels, token ids and indices: never differentiable, never autocast.
 template <> struct DTypeTraits<DType::kInt64> {
-  using Storage = int64_t;
-  using Compute = int64_t;
+  using Storage = int64_t;  ///< stored as int64_t
+  using Compute = int64_t;  ///< and computed in it
+  /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kInt64, .name = "int64", .safetensors_name = "I64", .size = 8,
                                   .is_floating = false, .is_low_precision = false, .promotion_rank = 0, .eps = 1.0,
                                   .max = 0x1p63, .min_normal = 1.0, .min_subnormal = 1.0};
 };
 /// float32's exponent range with 8 significand bits: no underflow trouble, coarse steps.
 template <> struct DTypeTraits<DType::kBFloat16> {
-  using Storage = BFloat16;
-  using Compute = float;
+  using Storage = BFloat16;  ///< stored as the top 16 bits of a float
+  using Compute = float;  ///< computed in float
+  /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kBFloat16, .name = "bfloat16", .safetensors_name = "BF16", .size = 2,
                                   .is_floating = true, .is_low_precision = true, .promotion_rank = 1,
                                   .eps = 0x1p-7, .max = 0x1.fep+127, .min_normal = 0x1p-126, .min_subnormal = 0x1p-133};
@@ -134,12 +143,14 @@ constexpr auto dtypes_where() {
 }  // namespace detail
 static_assert(detail::table_follows_enum(), "each DTypeTraits row must name its own enumerator");
 
+/// Every dtype, in enum order.
 inline constexpr auto kAllDTypes = detail::dtypes_where();
 /// The dtypes ops compute in (every op runs in each of them): what the op tests iterate.
 inline constexpr auto kFloatingDTypes = detail::dtypes_where<&DTypeInfo::is_floating>();
 /// The 16-bit floats: autocast dtypes, stored with FP32 masters.
 inline constexpr auto kLowPrecisionDTypes = detail::dtypes_where<&DTypeInfo::is_low_precision>();
 
+/// The row of `dtype` in the table.
 constexpr const DTypeInfo& dtype_info(DType dtype) { return kDTypeTable[static_cast<size_t>(dtype)]; }
 
 /// Every floating row states its range: a row added without it (zeros) fails to compile here.
@@ -153,10 +164,11 @@ constexpr bool floating_ranges_are_set() {
   return true;
 }
 static_assert(floating_ranges_are_set(), "a floating dtype row needs max, min_normal and min_subnormal");
-constexpr std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }
-constexpr size_t element_size(DType dtype) { return dtype_info(dtype).size; }
+constexpr std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }  ///< "float32", ...
+constexpr size_t element_size(DType dtype) { return dtype_info(dtype).size; }  ///< bytes per element
+/// A 16-bit float (autocast's compute dtypes).
 constexpr bool is_low_precision(DType dtype) { return dtype_info(dtype).is_low_precision; }
-constexpr bool is_floating(DType dtype) { return dtype_info(dtype).is_floating; }
+constexpr bool is_floating(DType dtype) { return dtype_info(dtype).is_floating; }  ///< floating point (differentiable)
 /// What binary ops promote to: the input of higher rank; two different dtypes of the same rank
 /// (float16 and bfloat16: neither holds the other's values) give float32, as in PyTorch.
 constexpr DType promote_types(DType a, DType b) {
@@ -167,8 +179,10 @@ constexpr DType promote_types(DType a, DType b) {
 /// The dtype whose safetensors name is `name` ("F16" -> float16), if ampgrad has it.
 std::optional<DType> dtype_from_safetensors_name(std::string_view name);
 
+/// Prints dtype_name(dtype).
 std::ostream& operator<<(std::ostream& out, DType dtype);
 
+/// The C++ type a dtype is stored as: StorageType<DType::kFloat16> is Half.
 template <DType D> using StorageType = typename DTypeTraits<D>::Storage;
 
 namespace detail {
@@ -233,29 +247,37 @@ decltype(auto) visit_floating_dtype(DType dtype, Fn&& fn) {
 /// The dtype and compute type of a storage type: DTypeOf<Half> is kFloat16, ComputeType<Half> float.
 /// Incomplete for a type no row stores, so overloads on ComputeType<T> drop out for it.
 template <typename T> struct StorageTraits;
+/// The row whose Storage is T.
 template <typename T>
   requires(detail::rows_storing<T>() == 1)
 struct StorageTraits<T> : DTypeTraits<detail::dtype_storing<T>()> {
-  static constexpr DType kDType = detail::dtype_storing<T>();
+  static constexpr DType kDType = detail::dtype_storing<T>();  ///< the dtype storing T
 };
+/// The dtype a storage type stores: kDTypeOf<Half> is DType::kFloat16.
 template <typename T> inline constexpr DType kDTypeOf = StorageTraits<T>::kDType;
+/// The type a storage type computes in: float for Half and BFloat16.
 template <typename T> using ComputeType = typename StorageTraits<T>::Compute;
 /// Whether T is a 16-bit float storage type (Half, BFloat16): kernels widen it to float in blocks.
 template <typename T> inline constexpr bool kIsLowPrecision = StorageTraits<T>::info.is_low_precision;
 
 /// Storage <-> compute conversions for kernels: store(op(load(a), load(b))).
 template <typename T> inline ComputeType<T> load(T v) { return v; }
-inline float load(Half v) { return half_to_float(v); }
-inline float load(BFloat16 v) { return bfloat16_to_float(v); }
-template <typename T> inline T store(ComputeType<T> v) { return v; }
+inline float load(Half v) { return half_to_float(v); }  ///< a float16 widened to float (exact)
+inline float load(BFloat16 v) { return bfloat16_to_float(v); }  ///< a bfloat16 widened to float (exact)
+template <typename T> inline T store(ComputeType<T> v) { return v; }  ///< identity for types that compute as they store
+/// Float rounded to float16 (to nearest even).
 template <> inline Half store<Half>(float v) { return float_to_half(v); }
+/// Float rounded to bfloat16 (to nearest even).
 template <> inline BFloat16 store<BFloat16>(float v) { return float_to_bfloat16(v); }
 
 /// Bulk 16-bit float <-> float conversions (vectorised): kernels widen a block, loop on floats,
 /// and round the block back.
 inline void widen(const Half* src, float* dst, size_t n) { half_to_float(src, dst, n); }
+/// N bfloat16 values widened to float.
 inline void widen(const BFloat16* src, float* dst, size_t n) { bfloat16_to_float(src, dst, n); }
+/// N floats rounded to float16.
 inline void narrow(const float* src, Half* dst, size_t n) { float_to_half(src, dst, n); }
+/// N floats rounded to bfloat16.
 inline void narrow(const float* src, BFloat16* dst, size_t n) { float_to_bfloat16(src, dst, n); }
 
 /// A floating value as int64, as PyTorch on x86: truncated toward zero; NaN and values outside

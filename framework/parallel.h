@@ -17,6 +17,7 @@ void parallel_for(int64_t chunks, const std::function<void(int64_t)>& fn);
 
 /// Threads the CPU kernels use (default: every core, or OMP_NUM_THREADS when set).
 void set_num_threads(int num_threads);
+/// The threads the CPU kernels use now.
 int num_threads();
 
 /// The grain for element-wise loops: below 64K elements (256 KB of floats) waking a helper

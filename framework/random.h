@@ -20,6 +20,7 @@ double next_normal();
 uint64_t next_u64();
 /// The generator's full state as text, and back (for checkpoints).
 std::string get_state();
+/// Restores a get_state() (an Error for text that is not one).
 void set_state(const std::string& state);
 }  // namespace random
 

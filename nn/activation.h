@@ -15,16 +15,19 @@ class ReLU : public Module {
 /// GELU, exact or with the tanh approximation (ops::gelu).
 class GELU : public Module {
  public:
+  /// The exact erf form (kNone, the default) or the tanh approximation (kTanh).
   explicit GELU(ops::GeluApproximation approximate = ops::GeluApproximation::kNone) : approximate(approximate) {}
   Tensor forward(const Tensor& x) override;
-  ops::GeluApproximation approximate;
+  ops::GeluApproximation approximate;  ///< which form forward uses
 };
 
+/// tanh(x) element-wise (ops::tanh).
 class Tanh : public Module {
  public:
   Tensor forward(const Tensor& x) override;
 };
 
+/// 1 / (1 + exp(-x)) element-wise (ops::sigmoid).
 class Sigmoid : public Module {
  public:
   Tensor forward(const Tensor& x) override;
@@ -34,9 +37,10 @@ class Sigmoid : public Module {
 /// identity after eval().
 class Dropout : public Module {
  public:
+  /// Drops with probability p, in [0, 1).
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) override;
-  double p;
+  double p;  ///< the probability of zeroing an element
 };
 
 }  // namespace ampgrad::nn

@@ -41,14 +41,18 @@ class ModuleList : public Module {
   void push_back(M module) {
     register_module(std::to_string(size()), std::move(module));
   }
+  /// Appends a module already held elsewhere, shared (the same module may sit in several places).
   template <typename M>
     requires std::is_base_of_v<Module, M>
   void push_back(std::shared_ptr<M> module) {
     register_module(std::to_string(size()), std::move(module));
   }
 
+  /// The number of modules held.
   size_t size() const { return named_children().size(); }
+  /// The module at `index` (as a Module).
   Module& operator[](size_t index) const { return *ptr(index); }
+  /// The module at `index` as a shared pointer; throws when out of range.
   std::shared_ptr<Module> ptr(size_t index) const;
   /// The module at `index` as its own type: blocks.at<Block>(0).attn.
   template <typename M>
@@ -64,6 +68,7 @@ class ModuleList : public Module {
 /// names "0.weight", "0.bias", "2.weight", ... as PyTorch's nn.Sequential.
 class Sequential : public ModuleList {
  public:
+  /// Built from modules as ModuleList is: Sequential{Linear(10, 64), ReLU(), Linear(64, 1)}.
   using ModuleList::ModuleList;
   Tensor forward(const Tensor& x) override;
 };

@@ -9,10 +9,11 @@ namespace ampgrad::nn {
 /// (PyTorch's init).
 class Embedding : public Module {
  public:
+  /// A table of num_embeddings rows of embedding_dim values.
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
   Tensor forward(const Tensor& ids) override;
 
-  Tensor& weight;  // [num_embeddings, embedding_dim]
+  Tensor& weight;  ///< [num_embeddings, embedding_dim]
 };
 
 }  // namespace ampgrad::nn

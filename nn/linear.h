@@ -13,12 +13,13 @@ enum class Bias : bool { kNo, kYes };
 /// x [..., in] -> [..., out].
 class Linear : public Module {
  public:
+  /// Maps in_features to out_features, with a bias unless Bias::kNo.
   Linear(int64_t in_features, int64_t out_features, Bias bias = Bias::kYes);
   Tensor forward(const Tensor& x) override;
 
   // Slots in the module's shared state: `lin.weight = t` reaches every handle to this layer.
-  Tensor& weight;  // [out, in]
-  Tensor& bias;    // [out]; undefined with Bias::kNo
+  Tensor& weight;  ///< [out, in]
+  Tensor& bias;    ///< [out]; undefined with Bias::kNo
 };
 
 }  // namespace ampgrad::nn

@@ -17,6 +17,7 @@ namespace ampgrad::nn {
 /// Whether a registered parameter is trained (kNo: a frozen parameter).
 enum class RequiresGrad : bool { kNo, kYes };
 
+/// Values with the names a module tree gives them ("0.weight", "blocks.0.attn"), in traversal order.
 template <typename T>
 using Named = std::vector<std::pair<std::string, T>>;
 
@@ -60,6 +61,7 @@ class Module {
     add_child(name, std::make_shared<M>(module));
     return module;
   }
+  /// The same for a module held by shared_ptr (a child shared with another parent: tied weights).
   template <typename M>
     requires std::is_base_of_v<Module, M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
@@ -73,7 +75,9 @@ class Module {
   Named<Tensor> named_parameters() const;
   /// The parameters of named_parameters(), each once in first-seen order (what optimizers take).
   std::vector<Tensor> parameters() const;
+  /// Each buffer once, under the first name that reaches it (running statistics and the like).
   Named<Tensor> named_buffers() const;
+  /// The buffers of named_buffers(), each once.
   std::vector<Tensor> buffers() const;
   /// Every parameter and buffer under every name that reaches it, tied ones under each name
   /// (PyTorch's state_dict()): what checkpoints save and load.
@@ -81,6 +85,7 @@ class Module {
   /// Direct children in registration order; the same child registered twice appears twice. The
   /// reference is valid until a child is registered.
   const Named<std::shared_ptr<Module>>& named_children() const;
+  /// The modules of named_children().
   std::vector<std::shared_ptr<Module>> children() const;
   /// This module (name "") and each descendant once, under its first name. The pointers are
   /// valid while this module lives.
@@ -88,7 +93,9 @@ class Module {
 
   /// Sets the training flag of this module and every descendant (dropout acts only in training).
   Module& train();
+  /// Clears the training flag of this module and every descendant (train(false)).
   Module& eval();
+  /// Whether this module is in training mode (the default).
   bool is_training() const;
 
   /// Converts every parameter and buffer once, in place: Tensor handles already given out stay
@@ -96,6 +103,7 @@ class Module {
   /// dtype and converts floating tensors only (int64 buffers keep theirs), as PyTorch's does.
   /// Build optimizers afterwards.
   Module& to(DType dtype);
+  /// Moves every parameter and buffer to `device` the same way (build optimizers afterwards).
   Module& to(Device device);
 
   /// Whether both handles refer to the same module.

@@ -7,9 +7,10 @@
 
 namespace ampgrad::nn::utils {
 
+/// How clip_grad_norm_ measures the norm (PyTorch's clip_grad_norm_ arguments).
 struct ClipGradNormOptions {
-  double norm_type = 2.0;           // p > 0, or infinity: the largest |g|
-  bool error_if_nonfinite = false;  // throw when the total norm is inf or NaN
+  double norm_type = 2.0;           ///< p > 0, or infinity: the largest |g|
+  bool error_if_nonfinite = false;  ///< throw when the total norm is inf or NaN
 };
 
 /// Scales the gradients of `params` in place so that their joint p-norm (sum over every element

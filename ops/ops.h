@@ -20,9 +20,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// Element-wise with NumPy/PyTorch broadcasting, any rank ([2,3] + [1,3], [B,T,C] + [C], ...).
 /// Inputs of different dtypes are promoted to the wider one.
 Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);  ///< a - b
+Tensor mul(const Tensor& a, const Tensor& b);  ///< a * b
+Tensor div(const Tensor& a, const Tensor& b);  ///< a / b
 /// max(x, 0); a NaN stays NaN (as in PyTorch), so it still reaches the loss.
 Tensor relu(const Tensor& x);
 
@@ -30,11 +30,11 @@ Tensor relu(const Tensor& x);
 enum class GeluApproximation : uint8_t { kNone, kTanh };
 /// Activations, element-wise in the input's dtype (computed in float; autocast: none).
 Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::kNone);
-Tensor tanh(const Tensor& x);
-Tensor sigmoid(const Tensor& x);  // 1 / (1 + e^-x)
+Tensor tanh(const Tensor& x);  ///< tanh(x)
+Tensor sigmoid(const Tensor& x);  ///< 1 / (1 + e^-x)
 /// e^x and the natural log, element-wise. Autocast: float32.
 Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
+Tensor log(const Tensor& x);  ///< the natural log
 /// Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training;
 /// x itself otherwise. The mask comes from the global generator (manual_seed makes it
 /// reproducible) and is the same on every device. p must be in [0, 1].
@@ -43,10 +43,10 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 /// Sum / mean of all elements, as a 0-dim tensor. Accumulates in double whatever the size, rounds
 /// once; autocast: float32.
 Tensor sum(const Tensor& x);
-Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x);  ///< the mean of all elements
 /// Sum / mean over `dims` (each once; empty means all), keeping them as size 1 when keepdim.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
-Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);  ///< the mean over `dims`
 /// The maxima along `dim` (the gradient goes to the first maximum; a NaN is the maximum).
 /// Autocast: none (runs in the input's dtype).
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
@@ -58,7 +58,7 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor reshape(const Tensor& x, const Shape& shape);
 /// x with a dimension of size 1 inserted at `dim` (in [-rank - 1, rank]) / removed at `dim`.
 Tensor unsqueeze(const Tensor& x, int64_t dim);
-Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor squeeze(const Tensor& x, int64_t dim);  ///< (see unsqueeze)
 /// Dimensions reordered: out.shape[i] = x.shape[dims[i]]. A contiguous copy.
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
 /// Two dimensions swapped (a permute).
@@ -80,7 +80,7 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target);
 /// softmax / log_softmax along dim, computed with the maximum subtracted (large inputs stay
 /// finite). Autocast: float32.
 Tensor softmax(const Tensor& x, int64_t dim);
-Tensor log_softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);  ///< log(softmax(x)), without forming softmax
 /// softmax over the last dimension of x [..., Tq, Tk] where element (i, j) with j > i is masked out
 /// (probability 0): attention that may not look ahead, aligned top-left as PyTorch's is_causal
 /// (every row keeps column 0, so no row is empty). Autocast: float32.
@@ -89,19 +89,21 @@ Tensor causal_softmax(const Tensor& x);
 /// How a loss over samples is reduced: the mean (over the samples that count), the sum, or none.
 enum class Reduction : uint8_t { kMean, kSum, kNone };
 
+/// cross_entropy's options, PyTorch's arguments of F.cross_entropy.
 struct CrossEntropyOptions {
-  int64_t ignore_index = -100;   // samples with this target count for nothing
-  double label_smoothing = 0.0;  // the target distribution is (1 - eps) one-hot + eps / C
-  Reduction reduction = Reduction::kMean;
+  int64_t ignore_index = -100;   ///< samples with this target count for nothing
+  double label_smoothing = 0.0;  ///< the target distribution is (1 - eps) one-hot + eps / C
+  Reduction reduction = Reduction::kMean;  ///< the mean over the counted samples, their sum, or one loss per sample
 };
 /// -log softmax(logits)[target], fused and numerically stable: logits [N, C], target int64 [N] in
 /// [0, C) (or ignore_index); a target out of range is an Error. Mean: over the samples that are not
 /// ignored (NaN if all are). kNone gives [N]. Autocast: float32.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
 
+/// nll_loss's options, PyTorch's arguments of F.nll_loss.
 struct NllLossOptions {
-  int64_t ignore_index = -100;
-  Reduction reduction = Reduction::kMean;
+  int64_t ignore_index = -100;  ///< samples with this target count for nothing
+  Reduction reduction = Reduction::kMean;  ///< the mean over the counted samples, their sum, or one loss per sample
 };
 /// -log_probs[target] for log-probabilities [N, C] (e.g. from log_softmax). Autocast: float32.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options = {});
@@ -128,14 +130,14 @@ Tensor cast(const Tensor& x, DType dtype);
 
 namespace ampgrad {
 
-Tensor operator+(const Tensor& a, const Tensor& b);
-Tensor operator-(const Tensor& a, const Tensor& b);
-Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Tensor& b);  ///< ops::add
+Tensor operator-(const Tensor& a, const Tensor& b);  ///< ops::sub
+Tensor operator*(const Tensor& a, const Tensor& b);  ///< ops::mul
 /// Scalar forms: the scalar is not rounded to the tensor's dtype first; x * s is computed in the
 /// compute type (float, double for float64) and rounded once, as PyTorch does.
-Tensor operator+(const Tensor& a, float s);
-Tensor operator-(const Tensor& a, float s);
-Tensor operator*(const Tensor& a, float s);
-Tensor operator*(float s, const Tensor& a);
-Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, float s);  ///< x + s
+Tensor operator-(const Tensor& a, float s);  ///< x - s
+Tensor operator*(const Tensor& a, float s);  ///< x * s
+Tensor operator*(float s, const Tensor& a);  ///< s * x
+Tensor operator-(const Tensor& a);  ///< -x
 }  // namespace ampgrad

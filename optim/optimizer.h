@@ -18,8 +18,8 @@ namespace ampgrad::optim {
 /// One parameter's optimizer state, by name: FP32 tensors ("master", "momentum_buffer",
 /// "exp_avg", ...) and integer counters ("step").
 struct ParamState {
-  std::map<std::string, Tensor> tensors;
-  std::map<std::string, int64_t> counters;
+  std::map<std::string, Tensor> tensors;  ///< FP32 state tensors by name ("master", "exp_avg", ...)
+  std::map<std::string, int64_t> counters;  ///< integer state by name ("step")
 };
 
 /// A group's options by name, as checkpoints store them (a bool is 0 or 1).
@@ -27,16 +27,16 @@ using OptionValues = std::map<std::string, double>;
 
 /// One parameter group as checkpoints store it: its size and its options.
 struct GroupState {
-  size_t num_params = 0;
-  OptionValues options = {};
+  size_t num_params = 0;  ///< parameters in the group
+  OptionValues options = {};  ///< the group's options by name
 };
 
 /// Parameters with their own options (PyTorch's param_groups); without options a group takes
 /// the optimizer's defaults.
 template <typename Options>
 struct ParamGroup {
-  std::vector<Tensor> params;
-  std::optional<Options> options = std::nullopt;
+  std::vector<Tensor> params;  ///< the group's parameters (leaves, float32 or 16-bit)
+  std::optional<Options> options = std::nullopt;  ///< its options; none: the optimizer's defaults
 };
 
 /// Whether lower-precision parameters keep FP32 master weights between steps. kNone is there to
@@ -45,6 +45,8 @@ struct ParamGroup {
 /// an update below half the parameter's spacing (2^-9 just below 1 in bfloat16) is lost.
 enum class MasterWeights : bool { kFp32, kNone };
 
+/// An optimizer over parameter groups with FP32 master weights for 16-bit parameters: step() updates
+/// each parameter's master from its FP32 gradient and writes the rounded value back into the parameter.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -63,6 +65,7 @@ class Optimizer {
 
   /// Every group's parameters, group after group: parameter `index` below indexes this.
   const std::vector<Tensor>& parameters() const { return params_; }
+  /// The number of parameter groups.
   size_t num_param_groups() const { return group_begin_.size(); }
   /// The group parameter `index` belongs to.
   size_t param_group_of(size_t index) const;
@@ -73,11 +76,13 @@ class Optimizer {
   double lr(size_t group = 0) const;
   /// Sets the learning rate of every group (finite, >= 0).
   void set_lr(double lr);
+  /// Sets the learning rate of group `group` (finite, >= 0).
   void set_lr(size_t group, double lr);
 
   /// kFp32 (the default) or kNone: see MasterWeights; kNone drops the masters kept so far.
   /// Float32 parameters are their own masters either way.
   void set_master_weights(MasterWeights mode);
+  /// Whether 16-bit parameters keep FP32 masters (see set_master_weights).
   MasterWeights master_weights() const { return master_weights_; }
   /// The FP32 tensor the update writes: the parameter itself if float32, else its master copy,
   /// first remade from the parameter if the parameter changed outside the optimizer (a
@@ -102,6 +107,7 @@ class Optimizer {
   void load_param_group_state(const std::vector<GroupState>& groups);
 
  protected:
+  /// An optimizer named `name` (for errors and checkpoints), with no parameters yet.
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
   /// Appends a group's parameters (checked: defined float32 or lower-precision leaves, none
   /// already held). A lower-precision parameter gets an FP32 master copy (param.master()): the
@@ -109,11 +115,15 @@ class Optimizer {
   void add_params(const std::vector<Tensor>& params);
 
   // Typed per-group options, implemented by OptimizerWithOptions.
+  /// The learning rate of group `group`.
   virtual double group_lr(size_t group) const = 0;
+  /// Sets it (checked by the caller).
   virtual void set_group_lr(size_t group, double lr) = 0;
+  /// The options of group `group` by name.
   virtual OptionValues group_option_values(size_t group) const = 0;
   /// Throws unless `values` name every option of this kind, and only those, with valid values.
   virtual void check_option_values(const OptionValues& values) const = 0;
+  /// Replaces the options of group `group` (checked by check_option_values first).
   virtual void set_group_option_values(size_t group, const OptionValues& values) = 0;
 
   /// The update rule for parameter `index`: `master` (FP32) -= f(grad, state), writing the
@@ -121,6 +131,7 @@ class Optimizer {
   virtual void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) = 0;
   /// Subclass state of parameter `index` (momentum, moments, step counts) for state()/load_state().
   virtual void save_param_state(size_t index, ParamState& out) const = 0;
+  /// Restores the state save_param_state() wrote for parameter `index`.
   virtual void load_param_state(size_t index, const ParamState& in) = 0;
   /// Copies a loaded state tensor for parameter `index`, checking it is FP32 with the
   /// parameter's shape, onto the parameter's device.
@@ -176,6 +187,7 @@ class OptimizerWithOptions : public Optimizer {
   const Options& defaults() const { return defaults_; }
 
  protected:
+  /// An optimizer `name` over `groups`, each with its own options or `defaults` (validated).
   OptimizerWithOptions(std::string name, const std::vector<ParamGroup<Options>>& groups, const Options& defaults)
       : Optimizer(std::move(name)), defaults_(defaults) {
     defaults.validate(this->name());

@@ -42,7 +42,7 @@ Tensor leaf(const ag::Shape& shape, float value) {
   return t;
 }
 
-// A custom module the way the README shows it: children and a buffer registered once, kept as
+// A custom module the way docs/models.md shows it: children and a buffer registered once, kept as
 // members; a plain member that is not registered state.
 class TwoLayer : public nn::Module {
  public:

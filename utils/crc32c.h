@@ -11,6 +11,7 @@ namespace ampgrad::utils {
 /// CRC-32C of n bytes, continuing from `crc` (the CRC of the bytes before them; 0 to start), so
 /// crc32c(b, crc32c(a)) == crc32c(a + b). Uses the hardware path when crc32c_uses_hardware().
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
+/// The same over the bytes of a string.
 inline uint32_t crc32c(std::string_view bytes, uint32_t crc = 0) { return crc32c(bytes.data(), bytes.size(), crc); }
 
 /// The portable path (slicing-by-8 tables), on any CPU.
@@ -28,6 +29,7 @@ bool crc32c_uses_hardware();
 /// TFRecord's masked CRC: rotate right by 15 bits and add a constant, so a CRC stored inside the data
 /// it covers does not make the CRC of the whole trivially predictable.
 constexpr uint32_t crc32c_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+/// The CRC crc32c_mask was given back.
 constexpr uint32_t crc32c_unmask(uint32_t masked) {
   const uint32_t rot = masked - 0xa282ead8u;
   return (rot >> 17) | (rot << 15);

@@ -10,7 +10,7 @@ namespace ampgrad::utils {
 
 /// How add_histogram buckets values (PyTorch's `bins` argument).
 struct HistogramBins {
-  int count = 0;  // 0: bins="tensorflow"; > 0: that many equal-width bins from min to max
+  int count = 0;  ///< 0: bins="tensorflow"; > 0: that many equal-width bins from min to max
   /// PyTorch's default: edges 0 and +-1e-12 * 1.1^k up to 1e20 (fine near zero, ~10% wide far away).
   static HistogramBins tensorflow() { return {}; }
   /// `count` equal-width bins between the smallest and largest value (NumPy's `bins=count`).

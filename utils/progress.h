@@ -14,18 +14,21 @@ namespace ampgrad::utils {
 /// kAuto: kTerminal when the stream is std::cout, std::cerr or std::clog and that descriptor is a tty.
 enum class ProgressMode { kAuto, kTerminal, kLines };
 
+/// How and how often a ProgressLine shows itself.
 struct ProgressOptions {
-  ProgressMode mode = ProgressMode::kAuto;
-  int64_t every_steps = 1;          // kLines: a line needs at least this many steps since the last one ...
-  double every_seconds = 10;        // ... and at least this many seconds (the first and last step always print)
-  double redraw_seconds = 0.1;      // kTerminal: redraw at most this often
-  int64_t start_step = 0;           // the step the run starts from (a resumed run), for steps/s and the ETA
-  std::function<double()> clock{};  // seconds on a monotonic clock; steady_clock when empty (tests inject one)
+  ProgressMode mode = ProgressMode::kAuto;  ///< rewrite one terminal line, or print lines
+  int64_t every_steps = 1;          ///< kLines: a line needs at least this many steps since the last one ...
+  double every_seconds = 10;        ///< ... and at least this many seconds (the first and last step always print)
+  double redraw_seconds = 0.1;      ///< kTerminal: redraw at most this often
+  int64_t start_step = 0;           ///< the step the run starts from (a resumed run), for steps/s and the ETA
+  std::function<double()> clock{};  ///< seconds on a monotonic clock; steady_clock when empty (tests inject one)
 };
 
 /// Fields shown after the step count, in order: {{"loss", 1.2345}, {"scale", 65536}}.
 using ProgressFields = std::vector<std::pair<std::string, double>>;
 
+/// A progress line: step/total, the caller's fields, steps per second and the ETA, rewritten in
+/// place on a terminal or printed as rate-limited lines into a log.
 class ProgressLine {
  public:
   /// total_steps <= 0: unknown (no "/total" and no ETA).
@@ -41,9 +44,11 @@ class ProgressLine {
   void keep(int64_t step, const ProgressFields& fields = {});
   /// On a terminal, ends the rewritten line with '\n' (done by itself at the last step).
   void finish();
+  /// Whether the line is rewritten in place (kTerminal, or kAuto on a tty).
   bool is_terminal() const { return terminal_; }
 
-  /// The line for `step` at time `now` (seconds on the options' clock), without '\r' or '\n'.
+  /// The line for `step` at time `now` (seconds on the options' clock), without a carriage return
+  /// or newline.
   std::string format(int64_t step, const ProgressFields& fields, double now) const;
 
  private:

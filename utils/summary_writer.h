@@ -21,10 +21,10 @@ namespace ampgrad::utils {
 
 /// SummaryWriter's knobs, PyTorch's keyword arguments of the same names.
 struct SummaryWriterOptions {
-  std::string comment{};          // appended to the default folder name (unused when a folder is given)
-  int max_queue = 10;             // events held in memory before they are written out
-  double flush_secs = 120;        // pending events reach the file within this many seconds (0: at once)
-  std::string filename_suffix{};  // appended to the event file's name
+  std::string comment{};          ///< appended to the default folder name (unused when a folder is given)
+  int max_queue = 10;             ///< events held in memory before they are written out
+  double flush_secs = 120;        ///< pending events reach the file within this many seconds (0: at once)
+  std::string filename_suffix{};  ///< appended to the event file's name
 };
 
 /// One event file at exactly `path` (created or truncated): the file_version event, then the events
@@ -35,14 +35,18 @@ struct SummaryWriterOptions {
 /// The calls are safe from several threads.
 class EventFileWriter {
  public:
+  /// Creates (or truncates) the file at `path` and writes its file_version event.
   EventFileWriter(std::string path, int max_queue = 10, double flush_secs = 120);
   ~EventFileWriter();  // closes; an error there is printed to stderr, never thrown
   EventFileWriter(const EventFileWriter&) = delete;
   EventFileWriter& operator=(const EventFileWriter&) = delete;
 
+  /// Queues `event` (written at once when max_queue are waiting).
   void add_event(const Event& event);
+  /// Writes every queued event to the file.
   void flush();
-  void close();  // stops the thread, flushes and closes; later add_event calls throw; a second close() does nothing
+  void close();  ///< stops the thread, flushes and closes; later add_event calls throw; a second close() does nothing
+  /// The file written.
   const std::string& path() const { return path_; }
 
  private:
@@ -65,10 +69,11 @@ class EventFileWriter {
 };
 
 /// Writes scalars and histograms for TensorBoard into one new event file per writer, named
-/// events.out.tfevents.<unix seconds>.<hostname>.<pid>.<counter><filename_suffix>, in `log_dir`
+/// events.out.tfevents.{unix seconds}.{hostname}.{pid}.{counter}{filename_suffix}, in `log_dir`
 /// (created with its parents). An empty log_dir means PyTorch's default, default_log_dir(comment).
 class SummaryWriter {
  public:
+  /// Opens a new event file in `log_dir` (default_log_dir() when empty).
   explicit SummaryWriter(const std::string& log_dir = "", const SummaryWriterOptions& options = {});
   ~SummaryWriter();  // closes every file; never throws
   SummaryWriter(const SummaryWriter&) = delete;
@@ -79,7 +84,7 @@ class SummaryWriter {
   void add_scalar(const std::string& tag, double value, int64_t step, std::optional<double> wall_time = std::nullopt);
 
   /// Several scalars on one chart, as PyTorch does it: each key k goes to its own event file in the
-  /// subfolder <log_dir>/<main_tag with '/' -> '_'>_<k>, under the tag main_tag.
+  /// subfolder {log_dir}/{main_tag, '/' replaced by '_'}_{k}, under the tag main_tag.
   void add_scalars(const std::string& main_tag, const std::map<std::string, double>& values, int64_t step,
                    std::optional<double> wall_time = std::nullopt);
 
@@ -97,8 +102,10 @@ class SummaryWriter {
   void add_histogram_raw(const std::string& tag, const Histogram& histogram, int64_t step,
                          std::optional<double> wall_time = std::nullopt);
 
+  /// Writes every pending event of every file.
   void flush();
-  void close();  // later add_* calls throw; a second close() does nothing
+  void close();  ///< later add_* calls throw; a second close() does nothing
+  /// The folder the event files are in.
   const std::string& get_logdir() const { return log_dir_; }
   /// The main event file (add_scalar, add_histogram).
   const std::string& file_path() const { return file_->path(); }
@@ -112,7 +119,7 @@ class SummaryWriter {
   bool closed_ = false;
 };
 
-/// PyTorch's default folder: runs/<Mon><DD>_<HH>-<MM>-<SS>_<hostname><comment>, local time.
+/// PyTorch's default folder: runs/{Mon}{DD}_{HH}-{MM}-{SS}_{hostname}{comment}, local time.
 std::string default_log_dir(const std::string& comment = "");
 
 /// Seconds since the Unix epoch, as a double (TensorBoard's wall_time).

@@ -14,8 +14,8 @@ std::string tfrecord_frame(std::string_view data);
 
 /// One record read back: where its header starts in the file, and its payload.
 struct TfRecord {
-  uint64_t offset = 0;
-  std::string data;
+  uint64_t offset = 0;  ///< the byte offset of its header in the file
+  std::string data;     ///< its payload
 };
 
 /// Reads every record of a TFRecord file, verifying both CRCs of each. A missing file, a truncated
