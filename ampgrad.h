@@ -3,12 +3,12 @@
 #pragma once
 
 #include "amp/autocast.h"
-#include "amp/forward_watch.h"
+#include "amp/diagnostics/forward_watch.h"
+#include "amp/diagnostics/grad_stats.h"
+#include "amp/diagnostics/grad_stats_log.h"
+#include "amp/diagnostics/skip_report.h"
 #include "amp/found_inf_sync.h"
 #include "amp/grad_scaler.h"
-#include "amp/grad_stats.h"
-#include "amp/grad_stats_log.h"
-#include "amp/skip_report.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "data/idx.h"

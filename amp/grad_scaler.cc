@@ -1,4 +1,5 @@
-// GradScaler: the update rule and the per-optimizer state machine.
+// GradScaler: the update rule and the per-optimizer state machine; the diagnostics calls are
+// forwarded to its ScalerDiagnostics.
 #include "amp/grad_scaler.h"
 
 #include <algorithm>
@@ -6,6 +7,8 @@
 #include <iostream>
 #include <limits>
 
+#include "amp/diagnostics/grad_stats.h"
+#include "amp/diagnostics/scaler_diagnostics.h"
 #include "amp/found_inf_sync.h"
 #include "amp/unscale.h"
 #include "framework/error.h"
@@ -26,9 +29,14 @@ constexpr double kLargestScale = std::numeric_limits<float>::max();   // (2 - 2^
 bool representable(double scale) { return scale >= kSmallestScale && scale <= kLargestScale; }
 }  // namespace
 
-GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+GradScaler::GradScaler(GradScalerOptions options)
+    : options_(options), scale_(options.init_scale), diag_(std::make_unique<ScalerDiagnostics>()) {
   validate(options);
 }
+
+GradScaler::~GradScaler() = default;
+GradScaler::GradScaler(GradScaler&&) noexcept = default;
+GradScaler& GradScaler::operator=(GradScaler&&) noexcept = default;
 
 void GradScaler::validate(const GradScalerOptions& o) {
   AG_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0, "GradScaler: init_scale must be finite and > 0, got ",
@@ -53,7 +61,7 @@ Tensor GradScaler::scale(const Tensor& loss) {
   scaled_this_iteration_ = true;
   const Tensor wide = is_low_precision(loss.dtype()) ? loss.to(DType::kFloat32) : loss;
   Tensor scaled = ops::scale(wide, scale_);
-  diag_.losses.emplace_back(loss.detach(), scaled.detach());  // looked at only if the step is skipped
+  diag_->record_loss(loss, scaled);
   return scaled;
 }
 
@@ -91,11 +99,18 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   // installed hook (if any) makes the flag the OR over all processes, also for a rank whose own
   // gradients were clean or that had none.
   std::vector<GradCounts> counts;
-  const bool measure = grad_stats_due();
+  const bool measure = diag_->grad_stats_due(iteration_);
   const bool found_inf = sync_found_inf(
       measure ? unscale_check_and_measure_all(grads, inv_scale, outs, make_format_table(low_precision_dtypes()), counts)
               : unscale_and_check_all(grads, inv_scale, outs));
-  diagnose(opt.parameters(), indices, grads, outs, found_inf, measure ? &counts : nullptr);
+  diag_->diagnose({.params = opt.parameters(),
+                   .indices = indices,
+                   .grads = grads,
+                   .outs = outs,
+                   .found_inf = found_inf,
+                   .counts = measure ? &counts : nullptr,
+                   .iteration = iteration_,
+                   .scale = scale_});
   it.stage = Stage::kUnscaled;
   it.found_inf = found_inf;
   it.grads_checked = grads.size();
@@ -107,7 +122,8 @@ void GradScaler::check_no_gradients_since_unscale(const optim::Optimizer& opt, c
   const std::vector<Tensor>& params = opt.parameters();
   for (size_t i = 0; i < params.size() && i < it.grad_passes.size(); ++i) {
     AG_CHECK(params[i].impl()->grad_pass == it.grad_passes[i], "GradScaler::step: a backward pass wrote the ",
-             "gradient of parameter ", parameter_name(params[i], i), " ", params[i].to_string(), " after unscale_() ",
+             "gradient of parameter ", diag_->parameter_name(params[i], i), " ", params[i].to_string(),
+             " after unscale_() ",
              "on this optimizer, so its gradients are part scaled, part unscaled; hint: run every backward of the ",
              "iteration (gradient accumulation included) before unscale_(), or call unscale_ only through step()");
   }
@@ -192,7 +208,7 @@ void GradScaler::set_scale(double scale) {
 void GradScaler::start_next_iteration() {
   iterations_.clear();
   scaled_this_iteration_ = false;
-  end_diagnostics_iteration();
+  diag_->end_iteration();
 }
 
 double GradScaler::get_scale() const { return options_.enabled ? scale_ : 1.0; }
@@ -220,5 +236,16 @@ void GradScaler::load_state(const GradScalerState& state) {
   growth_tracker_ = state.growth_tracker;
   start_next_iteration();
 }
+
+// Diagnostics: the ScalerDiagnostics keeps them.
+void GradScaler::set_parameter_names(const std::vector<std::pair<std::string, Tensor>>& named) {
+  diag_->set_parameter_names(named);
+}
+void GradScaler::set_grad_stats_interval(int64_t every) { diag_->set_grad_stats_interval(every); }
+void GradScaler::request_grad_stats() { diag_->request_grad_stats(); }
+const GradStatsReport* GradScaler::grad_stats() const { return diag_->grad_stats(); }
+const SkipReport* GradScaler::last_skip() const { return diag_->last_skip(); }
+void GradScaler::watch_forward(nn::Module& model) { diag_->watch_forward(model); }
+void GradScaler::unwatch_forward() { diag_->unwatch_forward(); }
 
 }  // namespace ampgrad::amp

@@ -1,18 +1,15 @@
-// GradScaler: dynamic loss scaling, integrated with the optimizers' FP32 master weights.
+// GradScaler: dynamic loss scaling, integrated with the optimizers' FP32 master weights. The
+// recipe is PyTorch's; the diagnostics it can report are a separate object (amp/diagnostics/).
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "amp/grad_counts.h"
-#include "amp/grad_stats.h"
-#include "amp/skip_report.h"
 #include "framework/tensor.h"
 #include "optim/optimizer.h"
 
@@ -22,7 +19,9 @@ class Module;
 
 namespace ampgrad::amp {
 
-class ForwardWatch;
+class ScalerDiagnostics;
+struct GradStatsReport;
+struct SkipReport;
 
 /// GradScaler's schedule, as PyTorch's torch.amp.GradScaler arguments.
 struct GradScalerOptions {
@@ -55,6 +54,11 @@ class GradScaler {
  public:
   /// A scaler with this schedule (PyTorch's defaults).
   explicit GradScaler(GradScalerOptions options = {});
+  ~GradScaler();
+  /// Moves the schedule, its state and the diagnostics; the moved-from scaler may only be
+  /// destroyed or assigned to.
+  GradScaler(GradScaler&&) noexcept;
+  GradScaler& operator=(GradScaler&&) noexcept;  ///< see the move constructor
 
   /// loss * scale, in float32 (a float16 loss is widened first so the product cannot overflow).
   Tensor scale(const Tensor& loss);
@@ -89,13 +93,14 @@ class GradScaler {
   /// refuses the state of a disabled scaler, which holds no schedule (scaling would silently stop).
   void load_state(const GradScalerState& state);
 
-  // Diagnostics (docs/diagnostics.md, "AMP diagnostics"); none of them changes what the scaler does.
+  // Diagnostics (docs/diagnostics.md, "AMP diagnostics"), kept by a ScalerDiagnostics
+  // (amp/diagnostics/scaler_diagnostics.h); none of them changes what the scaler does.
   /// Names the parameters in reports, as Module::named_parameters() gives them, matched to the
   /// optimizers' parameters by identity (the handle). An unnamed one is "param<i>", i its index
   /// in its optimizer.
   void set_parameter_names(const std::vector<std::pair<std::string, Tensor>>& named);
-  /// Gradient statistics (amp/grad_stats.h), measured by unscale_ in the same pass, in every
-  /// iteration whose number is a multiple of `every` (1: every step; 0: never, the default).
+  /// Gradient statistics (amp/diagnostics/grad_stats.h), measured by unscale_ in the same pass,
+  /// in every iteration whose number is a multiple of `every` (1: every step; 0: never, the default).
   void set_grad_stats_interval(int64_t every);
   /// Measures them in this iteration's unscale_ as well.
   void request_grad_stats();
@@ -115,26 +120,6 @@ class GradScaler {
   int64_t iteration() const { return iteration_; }
 
  private:
-  /// Diagnostic state: names, the statistics schedule, the losses of this iteration, reports.
-  struct Diagnostics {
-    std::unordered_map<const TensorImpl*, std::pair<Tensor, std::string>> names;  // the handle keeps the key alive
-    int64_t stats_every = 0;
-    bool stats_requested = false;
-    std::optional<GradStatsReport> stats;
-    std::optional<SkipReport> skip;
-    std::vector<std::pair<Tensor, Tensor>> losses;  // this iteration's (loss, scaled loss), detached
-    std::shared_ptr<ForwardWatch> watch;
-  };
-  bool grad_stats_due() const;
-  std::string parameter_name(const Tensor& param, size_t index) const;
-  /// After unscale_'s pass over opt's gradients (params[k] has gradient grads[k], unscaled into
-  /// outs[k]): files the statistics (counts non-null) and, on inf/NaN, the skip report.
-  void diagnose(const std::vector<Tensor>& params, const std::vector<size_t>& indices, const std::vector<Tensor>& grads,
-                const std::vector<Tensor>& outs, bool found_inf, const std::vector<GradCounts>* counts);
-  InfOrigin find_origin(std::string& module) const;
-  /// Drops this iteration's losses, forgets a one-off request and rearms the forward watch.
-  void end_diagnostics_iteration();
-
   enum class Stage { kReady, kUnscaled, kStepped };
   struct Iteration {
     Stage stage = Stage::kReady;
@@ -157,7 +142,7 @@ class GradScaler {
   bool warned_below_one_ = false;
   std::unordered_map<const optim::Optimizer*, Iteration> iterations_;
   int64_t iteration_ = 0;
-  Diagnostics diag_;
+  std::unique_ptr<ScalerDiagnostics> diag_;  // never null (but after a move)
 };
 
 }  // namespace ampgrad::amp

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "amp/grad_counts.h"
+#include "amp/diagnostics/grad_counts.h"
 #include "framework/tensor.h"
 
 namespace ampgrad::amp {

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "amp/grad_counts.h"
+#include "amp/diagnostics/grad_counts.h"
 #include "framework/device.h"
 #include "framework/tensor.h"
 

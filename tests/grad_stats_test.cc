@@ -12,9 +12,9 @@
 
 #include <unistd.h>
 
+#include "amp/diagnostics/grad_stats.h"
+#include "amp/diagnostics/grad_stats_log.h"
 #include "amp/grad_scaler.h"
-#include "amp/grad_stats.h"
-#include "amp/grad_stats_log.h"
 #include "amp/unscale.h"
 #include "framework/device.h"
 #include "framework/dtype.h"
@@ -358,6 +358,39 @@ TEST(GradScalerStats, MeasuredOnTheirScheduleWithNames) {
   }
   EXPECT_EQ(measured, (std::vector<int64_t>{0, 2, 3, 4}));
   EXPECT_THROW(scaler.set_grad_stats_interval(-1), ag::Error);
+}
+
+// The diagnostics live in an object the scaler holds by pointer: a moved scaler takes them along
+// (names, schedule, the reports so far) with its scale.
+TEST(GradScalerStats, AMovedScalerKeepsItsScheduleNamesAndReports) {
+  ag::manual_seed(7);
+  ag::nn::Sequential model{ag::nn::Linear(4, 8), ag::nn::Linear(8, 1)};
+  ag::optim::SGD opt(model.parameters(), {.lr = 0.01});
+  amp::GradScaler first({.init_scale = 1024});
+  first.set_parameter_names(model.named_parameters());
+  first.set_grad_stats_interval(1);
+  const Tensor x = ag::randn({16, 4}), y = ag::randn({16, 1});
+  const auto train_step = [&](amp::GradScaler& scaler) {
+    opt.zero_grad();
+    scaler.scale(ag::ops::mse_loss(model(x), y)).backward();
+    EXPECT_TRUE(scaler.step(opt));
+    scaler.update();
+  };
+  train_step(first);
+  ASSERT_NE(first.grad_stats(), nullptr);
+  amp::GradScaler moved(std::move(first));
+  ASSERT_NE(moved.grad_stats(), nullptr);
+  EXPECT_EQ(moved.grad_stats()->iteration, 0);
+  EXPECT_EQ(moved.iteration(), 1);
+  train_step(moved);
+  ASSERT_NE(moved.grad_stats(), nullptr);
+  EXPECT_EQ(moved.grad_stats()->iteration, 1);
+  EXPECT_EQ(moved.grad_stats()->params[0].name, "0.weight");
+  EXPECT_EQ(moved.get_scale(), 1024.0);
+  amp::GradScaler assigned;
+  assigned = std::move(moved);
+  EXPECT_EQ(assigned.grad_stats()->iteration, 1);
+  EXPECT_EQ(assigned.get_scale(), 1024.0);
 }
 
 TEST(GradStatsLog, ExponentHistogramBucketsAreTheBins) {

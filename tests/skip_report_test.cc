@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/diagnostics/skip_report.h"
 #include "amp/grad_scaler.h"
-#include "amp/skip_report.h"
 #include "framework/tensor.h"
 #include "nn/container.h"
 #include "nn/linear.h"

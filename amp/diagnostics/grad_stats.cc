@@ -1,6 +1,6 @@
 // Gradient statistics: counts made into per-parameter figures, the report table and the
 // recommended loss scale.
-#include "amp/grad_stats.h"
+#include "amp/diagnostics/grad_stats.h"
 
 #include <algorithm>
 #include <cmath>

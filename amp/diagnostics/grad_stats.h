@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "amp/grad_counts.h"
+#include "amp/diagnostics/grad_counts.h"
 #include "framework/dtype.h"
 #include "framework/tensor.h"
 

@@ -1,5 +1,5 @@
 // Gradient statistics as TensorBoard scalars and histograms.
-#include "amp/grad_stats_log.h"
+#include "amp/diagnostics/grad_stats_log.h"
 
 #include <cmath>
 #include <string>

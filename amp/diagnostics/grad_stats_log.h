@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
+#include "amp/diagnostics/grad_stats.h"
 #include "amp/grad_scaler.h"
-#include "amp/grad_stats.h"
 #include "framework/dtype.h"
 #include "utils/event.h"
 #include "utils/summary_writer.h"
@@ -18,7 +18,7 @@ namespace ampgrad::amp {
 /// Zeros and inf/NaN are left out. An empty histogram gives num = 0 and no buckets.
 utils::Histogram exponent_histogram_proto(const ExponentHistogram& histogram);
 
-/// What log_grad_stats writes.
+/// What add_grad_stats writes.
 struct GradStatsLogOptions {
   DType dtype = DType::kFloat16;  ///< the format the fractions are counted against
   bool per_parameter = true;      ///< false: only the totals ("all")

@@ -1,9 +1,9 @@
 // SkipReport's text.
-#include "amp/skip_report.h"
+#include "amp/diagnostics/skip_report.h"
 
 #include <sstream>
 
-#include "amp/grad_stats.h"
+#include "amp/diagnostics/grad_stats.h"
 
 namespace ampgrad::amp {
 

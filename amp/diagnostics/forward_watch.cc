@@ -1,5 +1,5 @@
 // ForwardWatch: hooks that remember the first module whose output held inf/NaN.
-#include "amp/forward_watch.h"
+#include "amp/diagnostics/forward_watch.h"
 
 #include "amp/unscale.h"
 #include "framework/autograd.h"
