@@ -52,7 +52,8 @@ template <> struct DTypeTraits<DType::kFloat32> {
                                   .eps = 0x1p-23, .max = 0x1.fffffep+127, .min_normal = 0x1p-126,
                                   .min_subnormal = 0x1p-149};
 };
-/// float16: 5 exponent bits, 10 significand bits; small gradients underflow without loss scaling.
+/// float16: 5 exponent bits, 11 significand bits (10 stored); small gradients underflow without
+/// loss scaling.
 template <> struct DTypeTraits<DType::kFloat16> {
   using Storage = Half;  ///< stored as IEEE binary16
   using Compute = float;  ///< computed in float

@@ -168,14 +168,14 @@ std::string shape_to_string(const Shape& shape);  ///< "[2, 3]"
 Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
 /// All elements 1.
 Tensor ones(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
-/// All elements `value` (rounded to dtype).
+/// All elements `value`, converted to dtype as a cast does (rounded; truncated for int64).
 Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32, Device device = Device::kCPU);
 /// Standard normal samples from the global generator (see manual_seed).
 Tensor randn(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
 /// Uniform samples in [low, high) from the global generator.
 Tensor uniform(const Shape& shape, double low, double high, DType dtype = DType::kFloat32,
                Device device = Device::kCPU);
-/// Uniform samples in [0, 1) from the global generator.
+/// uniform(shape, 0, 1, ...): samples in [0, 1) from the global generator.
 Tensor rand(const Shape& shape, DType dtype = DType::kFloat32, Device device = Device::kCPU);
 
 }  // namespace ampgrad

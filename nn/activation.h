@@ -37,7 +37,7 @@ class Sigmoid : public Module {
 /// identity after eval().
 class Dropout : public Module {
  public:
-  /// Drops with probability p, in [0, 1).
+  /// Drops with probability p, in [0, 1] (1 zeroes everything).
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) override;
   double p;  ///< the probability of zeroing an element

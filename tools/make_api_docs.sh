@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Generates the API reference (HTML) from the public headers' /// comments with Doxygen, and fails
 # on any warning: an undocumented public declaration or a malformed comment.
-# Usage: tools/make_api_docs.sh [OUT_DIR]   (default api_docs/; open OUT_DIR/html/index.html)
+# Usage: tools/make_api_docs.sh [OUT_DIR]   (default ./api_docs; open OUT_DIR/html/index.html)
 # Installs Debian's doxygen when missing and run as root, as ./bazelw does for the build.
 set -euo pipefail
+out=$(realpath -m "${1:-api_docs}")  # relative to where it is run from
 cd "$(dirname "$0")/.."
 
 if ! command -v doxygen >/dev/null 2>&1; then
@@ -18,9 +19,8 @@ if ! command -v doxygen >/dev/null 2>&1; then
   fi
 fi
 
-out=${1:-api_docs}
 mkdir -p "$out"
-out=$(cd "$out" && pwd)
+rm -f "$out/warnings.log"
 # The public headers: the two umbrella headers and what they include.
 inputs=(docs/namespaces.dox ampgrad.h ampgrad_distributed.h)
 for umbrella in ampgrad.h ampgrad_distributed.h; do
@@ -29,10 +29,15 @@ for umbrella in ampgrad.h ampgrad_distributed.h; do
   done < <(sed -n 's/^#include "\(.*\)"$/\1/p' "$umbrella")
 done
 
+status=0
 AMPGRAD_API_DOCS_OUT=$out AMPGRAD_API_DOCS_INPUT="${inputs[*]}" doxygen docs/Doxyfile >/dev/null || status=$?
-if [[ -s "$out/warnings.log" || -n "${status:-}" ]]; then
+if [[ -s "$out/warnings.log" ]]; then
   cat "$out/warnings.log" >&2
   echo "make_api_docs: $(wc -l <"$out/warnings.log") warnings (every public declaration needs a /// comment)" >&2
+  exit 1
+fi
+if (( status != 0 )); then
+  echo "make_api_docs: doxygen failed (exit status $status)" >&2
   exit 1
 fi
 echo "make_api_docs: ${#inputs[@]} headers, no warnings; open $out/html/index.html"
