@@ -2,11 +2,11 @@
 
 test_name runs the same file as another test (e.g. under a different environment)."""
 
-def unit_test(name, deps, data = [], size = "medium", tags = [], env = {}, test_name = None):
+def unit_test(name, deps, data = [], size = "medium", tags = [], env = {}, test_name = None, extra_srcs = []):
     native.cc_test(
         name = test_name or name,
         size = size,
-        srcs = [name + ".cc"],
+        srcs = [name + ".cc"] + extra_srcs,
         data = data,
         env = env,
         tags = tags,
