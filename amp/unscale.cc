@@ -11,6 +11,7 @@ namespace ampgrad::amp {
 
 namespace {
 
+// Every pass over a list checks all outputs before it writes any.
 void check_output(const Tensor& grad, const Tensor& out) {
   AG_CHECK(out.dtype() == DType::kFloat32 && out.numel() == grad.numel(), "unscale: output ", out.to_string(),
            " must be float32 with ", grad.numel(), " elements");
@@ -43,13 +44,7 @@ bool measure_list(const std::vector<Tensor>& grads, double inv_scale, std::vecto
   AG_CHECK(formats.count >= 0 && formats.count <= kMaxFormats, "gradient statistics: ", formats.count,
            " formats (at most ", kMaxFormats, ")");
   if (outs != nullptr) {
-    for (size_t k = 0; k < grads.size(); ++k) {
-      const Tensor& out = (*outs)[k];
-      AG_CHECK(out.dtype() == DType::kFloat32 && out.numel() == grads[k].numel() &&
-                   out.device() == grads[k].device(),
-               "unscale: output ", out.to_string(), " must be float32 with ", grads[k].numel(),
-               " elements on the gradient's device (gradient ", grads[k].to_string(), ")");
-    }
+    for (size_t k = 0; k < grads.size(); ++k) check_output(grads[k], (*outs)[k]);
   }
   counts.assign(grads.size(), GradCounts{});
   bool found_inf = false;
