@@ -1,18 +1,19 @@
-// The CPU loops of the unscale kernel family: each tensor in pieces over the thread pool.
+// The CPU functors of the unscale kernel family, over the multi-tensor chunk table on the pool.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <mutex>
-#include <type_traits>
 
 #include "amp/unscale_kernels.h"
 #include "framework/error.h"
-#include "framework/parallel.h"
+#include "framework/multi_tensor.h"
 
 namespace ampgrad::amp::kernels::cpu {
 
 namespace {
+
+using UnscaleChunk = multi_tensor::Chunk<kUnscaleLists>;
 
 // o = g * inv_scale (in double, rounded once to float); true if any result is inf or NaN. No
 // early exit and no branch, so it vectorises: |v| <= FLT_MAX is false exactly for inf and NaN.
@@ -25,33 +26,6 @@ bool unscale_values(const T* g, int64_t n, double inv_scale, float* o) {
     o[i] = v;
   }
   return bad != 0;
-}
-
-bool unscale_one(const Tensor& grad, double inv_scale, Tensor& out) {
-  float* o = out.data<float>();
-  const int64_t n = grad.numel();  // hoisted: an out-of-line call per element cost more than the math
-  AG_CHECK(is_floating(grad.dtype()), "unscale: gradient ", grad.to_string(), " is not floating");
-  std::atomic<bool> any_bad{false};  // pieces run on the pool: one flag, set by whichever finds one
-  visit_floating_dtype(grad.dtype(), [&](auto t) {
-    using T = decltype(t);
-    const T* g = grad.data<T>();
-    parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-      if constexpr (kIsLowPrecision<T>) {
-        // Widened a block at a time (vectorised), then the float loop: no per-element conversion calls.
-        constexpr int64_t kBlock = 2048;
-        float wide[kBlock];
-        for (int64_t start = lo; start < hi; start += kBlock) {
-          const int64_t len = std::min(kBlock, hi - start);
-          widen(g + start, wide, static_cast<size_t>(len));
-          if (unscale_values(wide, len, inv_scale, o + start)) any_bad = true;
-        }
-      } else {
-        if (unscale_values(g + lo, hi - lo, inv_scale, o + lo)) any_bad = true;
-      }
-    });
-  });
-  out.bump_version();
-  return any_bad;
 }
 
 void merge(GradCounts& into, const GradCounts& from, int formats) {
@@ -85,55 +59,54 @@ void measure_values(const C* g, int64_t n, double inv_scale, float* o, const For
   }
 }
 
-// One tensor: pieces on the pool, each into its own counts, merged under a lock.
-void measure_one(const Tensor& grad, double inv_scale, Tensor* out, const FormatTable& t, GradCounts& counts) {
-  AG_CHECK(is_floating(grad.dtype()), "gradient statistics: ", grad.to_string(),
-           " is not floating (integer tensors have no gradients)");
-  float* o = out != nullptr ? out->data<float>() : nullptr;
-  std::mutex lock;
-  visit_dtype(grad.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = static_cast<const T*>(grad.data_ptr());
-    parallel_range(grad.numel(), kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-      GradCounts piece{};
-      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        measure_values(g + lo, hi - lo, inv_scale, o != nullptr ? o + lo : nullptr, t, piece);
-      } else if constexpr (!std::is_same_v<T, int64_t>) {
-        // 16-bit storage: widened to float a block at a time (exact), then the float loop.
-        constexpr int64_t kBlock = 2048;
-        float wide[kBlock];
-        for (int64_t start = lo; start < hi; start += kBlock) {
-          const int64_t len = std::min(kBlock, hi - start);
-          if constexpr (std::is_same_v<T, Half>) {
-            half_to_float(g + start, wide, static_cast<size_t>(len));
-          } else {
-            for (int64_t j = 0; j < len; ++j) wide[j] = static_cast<float>(load(g[start + j]));
-          }
-          measure_values(wide, len, inv_scale, o != nullptr ? o + start : nullptr, t, piece);
-        }
+// Calls values(wide, start, len) over the chunk's gradient in compute-type blocks: 16-bit values
+// are widened to float a block at a time (exact, vectorised), float and double are read in place.
+template <typename Values>
+void in_blocks(const UnscaleChunk& c, Values&& values) {
+  visit_floating_dtype(c.dtype[kUnscaleGrad], [&](auto t) {
+    using T = decltype(t);
+    const T* g = multi_tensor::chunk_data<const T>(c, kUnscaleGrad);
+    if constexpr (kIsLowPrecision<T>) {
+      constexpr int64_t kBlock = 2048;
+      float wide[kBlock];
+      for (int64_t start = 0; start < c.n; start += kBlock) {
+        const int64_t len = std::min(kBlock, c.n - start);
+        widen(g + start, wide, static_cast<size_t>(len));
+        values(static_cast<const float*>(wide), start, len);
       }
-      std::lock_guard<std::mutex> guard(lock);
-      merge(counts, piece, t.count);
-    });
+    } else {
+      values(g, int64_t{0}, c.n);
+    }
   });
-  if (out != nullptr) out->bump_version();
 }
 
 }  // namespace
 
-bool unscale_and_check(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>& outs) {
-  bool found_inf = false;
-  for (size_t k = 0; k < grads.size(); ++k) found_inf |= unscale_one(grads[k], inv_scale, outs[k]);
-  return found_inf;
+bool unscale_and_check(const UnscaleChunks& chunks, double inv_scale) {
+  std::atomic<bool> any_bad{false};  // chunks run on the pool: one flag, set by whichever finds one
+  multi_tensor::apply_cpu(chunks, [&](const UnscaleChunk& c) {
+    float* o = multi_tensor::chunk_data<float>(c, kUnscaleOut);
+    in_blocks(c, [&](const auto* g, int64_t start, int64_t len) {
+      if (unscale_values(g, len, inv_scale, o + start)) any_bad.store(true, std::memory_order_relaxed);
+    });
+  });
+  return any_bad;
 }
 
-bool unscale_check_and_measure(const std::vector<Tensor>& grads, double inv_scale, std::vector<Tensor>* outs,
-                               const FormatTable& formats, GradCounts* counts) {
+bool unscale_check_and_measure(const UnscaleChunks& chunks, double inv_scale, const FormatTable& formats,
+                               GradCounts* counts, size_t tensors) {
+  std::mutex lock;  // each chunk counts into its own GradCounts, merged into its tensor's under it
+  multi_tensor::apply_cpu(chunks, [&](const UnscaleChunk& c) {
+    float* o = multi_tensor::chunk_data<float>(c, kUnscaleOut);  // null: measure only
+    GradCounts piece{};
+    in_blocks(c, [&](const auto* g, int64_t start, int64_t len) {
+      measure_values(g, len, inv_scale, o != nullptr ? o + start : nullptr, formats, piece);
+    });
+    std::lock_guard<std::mutex> guard(lock);
+    merge(counts[c.tensor], piece, formats.count);
+  });
   bool found_inf = false;
-  for (size_t k = 0; k < grads.size(); ++k) {
-    measure_one(grads[k], inv_scale, outs != nullptr ? &(*outs)[k] : nullptr, formats, counts[k]);
-    found_inf |= counts[k].unscaled_nonfinite > 0;
-  }
+  for (size_t k = 0; k < tensors; ++k) found_inf |= counts[k].unscaled_nonfinite > 0;
   return found_inf;
 }
 

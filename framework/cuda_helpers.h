@@ -1,6 +1,7 @@
 // Device-side helpers shared by every .cu file: the CUDA storage type of each dtype (Half is
 // layout-compatible with __half, BFloat16 with __nv_bfloat16), load/store to the compute type with
-// the CPU's rounding, and launch geometry. Store T, compute float (double for float64).
+// the CPU's rounding, and launch geometry (multi-tensor launches: multi_tensor_cuda.h). Store T,
+// compute float (double for float64).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,7 +12,6 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "framework/dtype.h"
 
@@ -148,38 +148,6 @@ __device__ __forceinline__ void unrolled_loop(int64_t n, Load load, Store store)
 inline unsigned int blocks_for(int64_t n, int per_thread = 1) {
   const int64_t per_block = static_cast<int64_t>(kThreads) * per_thread;
   return static_cast<unsigned int>(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, 65536));
-}
-
-/// One piece of a multi-tensor kernel's work: n elements of `in` (of dtype) and, when the kernel
-/// writes per element, the same span of `out`. The host cuts every tensor into pieces, uploads the
-/// table once (upload_async in device_cuda.h) and ONE grid-stride launch walks it, whatever the
-/// number and sizes of the tensors.
-struct TensorChunk {
-  const void* in = nullptr;
-  void* out = nullptr;
-  int64_t n = 0;
-  DType dtype = DType::kFloat32;
-};
-inline constexpr int64_t kChunkElements = 16384;  // 64 per thread of a 256-thread block
-/// Blocks of a multi-tensor launch: one per chunk up to this cap (about 8 per SM of an H200, enough
-/// to fill it); a larger table is walked with a grid-stride loop over chunks.
-inline constexpr int64_t kChunkBlocksMax = 1024;
-
-/// Appends the chunks of one tensor: `in` holds n elements of dtype; out (or null) n elements of
-/// out_elem_size bytes.
-inline void append_chunks(std::vector<TensorChunk>& chunks, const void* in, DType dtype, void* out,
-                          size_t out_elem_size, int64_t n) {
-  const size_t in_elem_size = element_size(dtype);
-  for (int64_t start = 0; start < n; start += kChunkElements) {
-    chunks.push_back({.in = static_cast<const char*>(in) + static_cast<size_t>(start) * in_elem_size,
-                      .out = out == nullptr ? nullptr : static_cast<char*>(out) + static_cast<size_t>(start) * out_elem_size,
-                      .n = std::min(kChunkElements, n - start),
-                      .dtype = dtype});
-  }
-}
-
-inline unsigned int chunk_blocks(size_t chunks) {
-  return static_cast<unsigned int>(std::clamp<int64_t>(static_cast<int64_t>(chunks), 1, kChunkBlocksMax));
 }
 
 }  // namespace ampgrad::cuda

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "framework/error.h"
+#include "optim/update_kernels.h"
 
 namespace ampgrad::optim {
 
@@ -92,32 +93,45 @@ void Adam::load_param_state(size_t index, const ParamState& in) {
   states_[index] = s;
 }
 
-void Adam::update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) {
-  const AdamOptions& o = options(param_group_of(index));
-  State& s = states_[index];
-  if (s.step == 0) {
-    s.exp_avg = zeros(master.shape(), DType::kFloat32, master.device());
-    s.exp_avg_sq = zeros(master.shape(), DType::kFloat32, master.device());
+void Adam::update(const std::vector<ParamUpdate>& params) {
+  kernels::AdamLists lists;
+  std::vector<kernels::AdamScalars> scalars;
+  std::vector<State> next;  // each parameter's state after this step, kept once the pass ran
+  for (const ParamUpdate& u : params) {
+    const AdamOptions& o = options(param_group_of(u.index));
+    State s = state(u.index);
+    if (s.step == 0) {
+      s.exp_avg = zeros(u.master.shape(), DType::kFloat32, u.master.device());
+      s.exp_avg_sq = zeros(u.master.shape(), DType::kFloat32, u.master.device());
+    }
+    s.step += 1;
+    // Bias corrections in double, rounded once (as PyTorch does).
+    const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(s.step));
+    const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, static_cast<double>(s.step)));
+    const float wd = static_cast<float>(o.weight_decay);
+    scalars.push_back(
+        {.step_size = static_cast<float>(o.lr / bias_correction1),
+         .bc2_sqrt = static_cast<float>(bias_correction2_sqrt),
+         .beta1 = static_cast<float>(o.beta1),
+         .beta2 = static_cast<float>(o.beta2),
+         .one_minus_beta1 = static_cast<float>(1.0 - o.beta1),
+         .one_minus_beta2 = static_cast<float>(1.0 - o.beta2),
+         .eps = static_cast<float>(o.eps),
+         .l2 = decay_ == Decay::kL2 ? wd : 0.0f,
+         .decoupled = decay_ == Decay::kDecoupled ? static_cast<float>(1.0 - o.lr * o.weight_decay) : 1.0f});
+    lists[kernels::kAdamWeight].push_back(u.master);
+    lists[kernels::kAdamGrad].push_back(u.grad);
+    lists[kernels::kAdamExpAvg].push_back(s.exp_avg);
+    lists[kernels::kAdamExpAvgSq].push_back(s.exp_avg_sq);
+    lists[kernels::kAdamRounded].push_back(u.rounded);
+    next.push_back(s);
   }
-  s.step += 1;
-  // Bias corrections in double, rounded once (as PyTorch does).
-  const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(s.step));
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(o.beta2, static_cast<double>(s.step)));
-  const float wd = static_cast<float>(o.weight_decay);
-  const kernels::AdamScalars scalars{
-      .step_size = static_cast<float>(o.lr / bias_correction1),
-      .bc2_sqrt = static_cast<float>(bias_correction2_sqrt),
-      .beta1 = static_cast<float>(o.beta1),
-      .beta2 = static_cast<float>(o.beta2),
-      .one_minus_beta1 = static_cast<float>(1.0 - o.beta1),
-      .one_minus_beta2 = static_cast<float>(1.0 - o.beta2),
-      .eps = static_cast<float>(o.eps),
-      .l2 = decay_ == Decay::kL2 ? wd : 0.0f,
-      .decoupled = decay_ == Decay::kDecoupled ? static_cast<float>(1.0 - o.lr * o.weight_decay) : 1.0f};
-  kernels::adam_update(master.device(), master.data<float>(), grad.data<float>(), s.exp_avg.data<float>(),
-                       s.exp_avg_sq.data<float>(), copy, master.numel(), scalars);
-  s.exp_avg.bump_version();
-  s.exp_avg_sq.bump_version();
+  kernels::adam_update(params.front().master.device(), lists, scalars);
+  for (size_t k = 0; k < params.size(); ++k) {
+    next[k].exp_avg.bump_version();
+    next[k].exp_avg_sq.bump_version();
+    states_[params[k].index] = next[k];
+  }
 }
 
 }  // namespace ampgrad::optim

@@ -58,7 +58,7 @@ class Adam : public OptimizerWithOptions<AdamOptions> {
   enum class Decay : bool { kL2, kDecoupled };
   /// Adam (kL2) or AdamW (kDecoupled) over the groups.
   Adam(const std::vector<ParamGroup<AdamOptions>>& groups, AdamOptions defaults, Decay decay);
-  void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) override;
+  void update(const std::vector<ParamUpdate>& params) override;
   void save_param_state(size_t index, ParamState& out) const override;
   /// Restores a save_param_state() of the same parameter.
   void load_param_state(size_t index, const ParamState& in) override;

@@ -1,6 +1,7 @@
 // Optimizer base: parameter groups, master weights, the step skeleton and state export shared by SGD and Adam.
 #include "optim/optimizer.h"
 
+#include <array>
 #include <cmath>
 
 #include "framework/copy.h"
@@ -122,23 +123,41 @@ Tensor Optimizer::fp32_grad(size_t index) {
 }
 
 void Optimizer::step() {
+  // Every parameter with a gradient, one update pass per device. Without kept masters each
+  // 16-bit parameter with a gradient is its own pass, so the FP32 masters this step makes for
+  // them are dropped one at a time.
+  std::array<std::vector<ParamUpdate>, kNumDevices> passes;
+  const auto run = [&](std::vector<ParamUpdate>& pass) {
+    if (pass.empty()) return;
+    update(pass);
+    for (const ParamUpdate& u : pass) {
+      Tensor& p = params_[u.index];
+      p.bump_version();
+      if (!u.rounded.defined()) continue;
+      if (master_weights_ == MasterWeights::kNone) {
+        p.set_master(Tensor());  // not kept: the next step starts from the rounded parameter
+      } else {
+        Tensor master = u.master;
+        master.bump_version();
+        master.set_grad(Tensor());  // consumed: the next step derives it afresh
+        mark_in_sync(u.index);
+      }
+    }
+    pass.clear();
+  };
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
-    const Tensor grad = fp32_grad(i);
+    Tensor master = master_of(i);  // remade first if stale; an unscaled gradient on it stays valid
+    // The unscaled FP32 gradient, or the parameter's own: a 16-bit one is widened as the pass
+    // reads it, so no FP32 copy is made.
+    Tensor grad = p.step_grad();
     if (!grad.defined()) continue;
-    Tensor master = master_of(i);
     const bool has_master = !master.is_same(p);
-    // The update rounds the new master into a lower-precision parameter in the same pass.
-    update(i, master, grad, has_master ? kernels::RoundedCopy{p.data_ptr(), p.dtype()} : kernels::RoundedCopy{});
-    p.bump_version();
-    if (has_master && master_weights_ == MasterWeights::kNone) {
-      p.set_master(Tensor());  // not kept: the next step starts from the rounded parameter
-    } else if (has_master) {
-      master.bump_version();
-      master.set_grad(Tensor());  // consumed: the next step derives it afresh
-      mark_in_sync(i);
-    }
+    std::vector<ParamUpdate>& pass = passes[device_index(p.device())];
+    pass.push_back({.index = i, .master = master, .grad = grad, .rounded = has_master ? p : Tensor()});
+    if (has_master && master_weights_ == MasterWeights::kNone) run(pass);
   }
+  for (std::vector<ParamUpdate>& pass : passes) run(pass);
   ++steps_taken_;
 }
 

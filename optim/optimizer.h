@@ -11,7 +11,6 @@
 
 #include "framework/error.h"
 #include "framework/tensor.h"
-#include "optim/update_kernels.h"
 
 namespace ampgrad::optim {
 
@@ -89,8 +88,9 @@ class Optimizer {
   /// model.to(), a checkpoint load or a manual write), so the master is never stale; with
   /// MasterWeights::kNone, made from the parameter for this step only.
   Tensor master_of(size_t index);
-  /// The FP32 gradient the next step would use for parameter `index` (undefined if none):
-  /// Tensor::step_grad(), converted to FP32 when the parameter is lower precision.
+  /// The next step's gradient of parameter `index` in FP32 (undefined if none):
+  /// Tensor::step_grad(), converted to FP32 when the parameter is lower precision. A copy made
+  /// for the caller: step() itself reads a 16-bit gradient widened, without one.
   Tensor fp32_grad(size_t index);
 
   /// Every parameter's state, for checkpoints (the tensors are the live ones: copy to keep).
@@ -126,9 +126,18 @@ class Optimizer {
   /// Replaces the options of group `group` (checked by check_option_values first).
   virtual void set_group_option_values(size_t group, const OptionValues& values) = 0;
 
-  /// The update rule for parameter `index`: `master` (FP32) -= f(grad, state), writing the
-  /// rounded parameter into `copy` in the same pass (see optim/update_kernels.h).
-  virtual void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) = 0;
+  /// One parameter of a step's update pass.
+  struct ParamUpdate {
+    size_t index = 0;  ///< the parameter's index
+    Tensor master;     ///< the FP32 tensor the update writes (the parameter itself if float32)
+    Tensor grad;       ///< its gradient: the unscaled FP32 one, or a 16-bit parameter's own
+    Tensor rounded;    ///< the 16-bit parameter to write rounded from the new master (undefined if none)
+  };
+  /// The update rule over every parameter of a step that has a gradient, all on one device: each
+  /// master (FP32) -= f(grad, state), writing the rounded parameter in the same pass, as ONE
+  /// multi-tensor pass (see optim/update_kernels.h). step() calls it once per device (and once
+  /// per 16-bit parameter under MasterWeights::kNone). Changes no state if the pass throws.
+  virtual void update(const std::vector<ParamUpdate>& params) = 0;
   /// Subclass state of parameter `index` (momentum, moments, step counts) for state()/load_state().
   virtual void save_param_state(size_t index, ParamState& out) const = 0;
   /// Restores the state save_param_state() wrote for parameter `index`.

@@ -3,8 +3,10 @@
 #include "optim/sgd.h"
 
 #include <cmath>
+#include <utility>
 
 #include "framework/error.h"
+#include "optim/update_kernels.h"
 
 namespace ampgrad::optim {
 
@@ -53,22 +55,36 @@ void SGD::load_param_state(size_t index, const ParamState& in) {
   buffers_[index] = in.tensors.count("momentum_buffer") ? loaded_tensor(index, in, "momentum_buffer") : Tensor();
 }
 
-void SGD::update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) {
-  const SGDOptions& o = options(param_group_of(index));
-  // A momentum that rounds to 0 in float means none (the kernels compute in float).
-  const bool with_momentum = static_cast<float>(o.momentum) != 0.0f;
-  Tensor& buffer = buffers_[index];
-  const bool first = with_momentum && !buffer.defined();
-  if (first) buffer = Tensor::empty(master.shape(), DType::kFloat32, master.device());
-  const kernels::SgdScalars s{.lr = static_cast<float>(o.lr),
-                              .weight_decay = static_cast<float>(o.weight_decay),
-                              .momentum = static_cast<float>(o.momentum),
-                              .one_minus_dampening = static_cast<float>(1.0 - o.dampening)};
-  kernels::sgd_update(master.device(), master.data<float>(), grad.data<float>(),
-                      with_momentum ? buffer.data<float>() : nullptr, copy, master.numel(), s,
-                      o.nesterov ? kernels::Nesterov::kYes : kernels::Nesterov::kNo,
-                      first ? kernels::FirstStep::kYes : kernels::FirstStep::kNo);
-  if (with_momentum) buffer.bump_version();
+void SGD::update(const std::vector<ParamUpdate>& params) {
+  kernels::SgdLists lists;
+  std::vector<kernels::SgdScalars> scalars;
+  std::vector<std::pair<size_t, Tensor>> made;  // momentum buffers made for this step, kept once it ran
+  for (const ParamUpdate& u : params) {
+    const SGDOptions& o = options(param_group_of(u.index));
+    // A momentum that rounds to 0 in float means none (the kernels compute in float).
+    const bool with_momentum = static_cast<float>(o.momentum) != 0.0f;
+    Tensor buffer = momentum_buffer(u.index);
+    const bool first = with_momentum && !buffer.defined();
+    if (first) {
+      buffer = Tensor::empty(u.master.shape(), DType::kFloat32, u.master.device());
+      made.emplace_back(u.index, buffer);
+    }
+    lists[kernels::kSgdWeight].push_back(u.master);
+    lists[kernels::kSgdGrad].push_back(u.grad);
+    lists[kernels::kSgdMomentum].push_back(with_momentum ? buffer : Tensor());
+    lists[kernels::kSgdRounded].push_back(u.rounded);
+    scalars.push_back({.lr = static_cast<float>(o.lr),
+                       .weight_decay = static_cast<float>(o.weight_decay),
+                       .momentum = static_cast<float>(o.momentum),
+                       .one_minus_dampening = static_cast<float>(1.0 - o.dampening),
+                       .nesterov = o.nesterov,
+                       .first_step = first});
+  }
+  kernels::sgd_update(params.front().master.device(), lists, scalars);
+  for (auto& [index, buffer] : made) buffers_[index] = buffer;
+  for (Tensor& buffer : lists[kernels::kSgdMomentum]) {
+    if (buffer.defined()) buffer.bump_version();
+  }
 }
 
 }  // namespace ampgrad::optim

@@ -35,7 +35,7 @@ class SGD : public OptimizerWithOptions<SGDOptions> {
   Tensor momentum_buffer(size_t index) const;
 
  protected:
-  void update(size_t index, Tensor& master, const Tensor& grad, kernels::RoundedCopy copy) override;
+  void update(const std::vector<ParamUpdate>& params) override;
   void save_param_state(size_t index, ParamState& out) const override;
   /// Restores a save_param_state() of the same parameter.
   void load_param_state(size_t index, const ParamState& in) override;

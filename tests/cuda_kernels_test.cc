@@ -1,11 +1,13 @@
 // CUDA kernels at the sizes and shapes that exercise their edges, against the CPU: vector tails,
 // grid-stride loops past the grid cap, k == 0 GEMMs, reductions over many chunks, the one-launch
-// multi-tensor unscale, sum of squares and clip_grad_norm_, and every optimizer variant. Skips
+// multi-tensor passes (unscale, its measuring twin, sum of squares, clip_grad_norm_, one optimizer
+// pass over parameters of several groups and dtypes), and every optimizer variant. Skips
 // without a GPU (fails under AMPGRAD_REQUIRE_CUDA=1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -13,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "amp/diagnostics/grad_stats.h"
 #include "amp/unscale.h"
 #include "ampgrad.h"
 #include "cuda_test_util.h"
+#include "framework/multi_tensor.h"
 #include "nn/utils.h"
 #include "ops/reduce/reduce_kernels.h"
 #include "test_util.h"
@@ -150,6 +154,127 @@ TEST(CudaKernels, MultiTensorUnscaleMatchesCpuAtAnySize) {
   gpu_grads.back() = cpu_grads.back().to(Device::kCUDA);
   gpu_grads[1] = Tensor::from_vector(std::vector<float>{0.5f, NAN, 1.0f}, {3}, DType::kFloat16, Device::kCUDA);
   EXPECT_TRUE(ag::amp::unscale_and_check_all(gpu_grads, inv_scale, gpu_outs));
+}
+
+// The measuring unscale over more chunks than blocks: a block counts chunk after chunk (of
+// different tensors) in shared memory and must hand each chunk's counts to its own tensor.
+TEST(CudaKernels, MultiTensorMeasureCountsEachTensorAsTheCpuDoes) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int64_t kChunk = ag::multi_tensor::kCudaChunkElements;
+  std::vector<int64_t> sizes = {kChunk * 700 + 3, 5, kChunk * 400, 0, 99'999};
+  const DType dtypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat32, DType::kFloat64};
+  std::vector<Tensor> cpu, gpu, cpu_outs, gpu_outs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<double> v = agt::random_values(static_cast<size_t>(sizes[k]), -40.0, 10.0, 500 + k);
+    for (double& x : v) x = (static_cast<int64_t>(x * 7) % 2 == 0 ? 1 : -1) * std::exp2(x);  // many binades
+    cpu.push_back(Tensor::from_vector(v, {sizes[k]}, dtypes[k]));
+    gpu.push_back(cpu.back().to(Device::kCUDA));
+    cpu_outs.push_back(Tensor::empty({sizes[k]}));
+    gpu_outs.push_back(Tensor::empty({sizes[k]}, DType::kFloat32, Device::kCUDA));
+  }
+  const ag::amp::FormatTable table = ag::amp::make_format_table(ag::amp::low_precision_dtypes());
+  std::vector<ag::amp::GradCounts> cpu_counts, gpu_counts;
+  EXPECT_EQ(ag::amp::unscale_check_and_measure_all(cpu, 1.0 / 1024, cpu_outs, table, cpu_counts),
+            ag::amp::unscale_check_and_measure_all(gpu, 1.0 / 1024, gpu_outs, table, gpu_counts));
+  ASSERT_EQ(gpu_counts.size(), sizes.size());
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    SCOPED_TRACE(k);
+    EXPECT_EQ(std::memcmp(&cpu_counts[k], &gpu_counts[k], sizeof(ag::amp::GradCounts)), 0);
+    ASSERT_EQ(agt::bytes_of(gpu_outs[k]), agt::bytes_of(cpu_outs[k]));
+  }
+  std::vector<ag::amp::GradCounts> measured;
+  ag::amp::measure_all(gpu, 1.0 / 1024, table, measured);  // measure only: no outputs
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    EXPECT_EQ(std::memcmp(&cpu_counts[k], &measured[k], sizeof(ag::amp::GradCounts)), 0) << k;
+  }
+}
+
+// One optimizer pass over parameters of two groups (two learning rates), three dtypes, sizes of
+// many chunks, one of which skipped the first step (so the step counts differ): each chunk must
+// find its own parameter's scalars, as on the CPU.
+TEST(CudaKernels, OneOptimizerPassOverMixedParametersMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int64_t kChunk = ag::multi_tensor::kCudaChunkElements;
+  const int64_t sizes[] = {kChunk * 3 + 1, 7, kChunk * 1100 + 9, 4096};
+  const DType dtypes[] = {DType::kFloat16, DType::kFloat32, DType::kBFloat16, DType::kFloat32};
+  for (bool adam : {false, true}) {
+    SCOPED_TRACE(adam ? "AdamW" : "SGD");
+    std::vector<Tensor> cpu, gpu;
+    for (size_t k = 0; k < std::size(sizes); ++k) {
+      cpu.push_back(random_tensor({sizes[k]}, dtypes[k], 600 + k));
+      gpu.push_back(cpu.back().to(Device::kCUDA));
+      cpu.back().set_requires_grad(true);
+      gpu.back().set_requires_grad(true);
+    }
+    const auto make = [&](const std::vector<Tensor>& p) -> std::unique_ptr<ag::optim::Optimizer> {
+      if (adam) {
+        return std::make_unique<ag::optim::AdamW>(std::vector<ag::optim::ParamGroup<ag::optim::AdamWOptions>>{
+            {.params = {p[0], p[1]}, .options = ag::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1}},
+            {.params = {p[2], p[3]}, .options = ag::optim::AdamWOptions{.lr = 3e-3}}});
+      }
+      return std::make_unique<ag::optim::SGD>(std::vector<ag::optim::ParamGroup<ag::optim::SGDOptions>>{
+          {.params = {p[0], p[1]}, .options = ag::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true}},
+          {.params = {p[2], p[3]}, .options = ag::optim::SGDOptions{.lr = 0.05, .weight_decay = 0.01}}});
+    };
+    auto opt_cpu = make(cpu), opt_gpu = make(gpu);
+    for (int step = 0; step < 3; ++step) {
+      for (size_t k = 0; k < cpu.size(); ++k) {
+        const bool sits_out = step == 0 && k == 1;
+        const Tensor g = sits_out ? Tensor() : random_tensor({sizes[k]}, dtypes[k], 700 + 10 * step + k);
+        cpu[k].set_grad(g);
+        gpu[k].set_grad(sits_out ? Tensor() : g.to(Device::kCUDA));
+      }
+      opt_cpu->step();
+      opt_gpu->step();
+    }
+    for (size_t k = 0; k < cpu.size(); ++k) {
+      SCOPED_TRACE(k);
+      const bool has_master = dtypes[k] != DType::kFloat32;
+      const Tensor m_cpu = has_master ? cpu[k].master() : cpu[k], m_gpu = has_master ? gpu[k].master() : gpu[k];
+      EXPECT_CLOSE(m_gpu.to_double_vector(), m_cpu.to_double_vector(), DType::kFloat32, agt::Tol{.k = 16});
+      EXPECT_CLOSE(gpu[k].to_double_vector(), cpu[k].to_double_vector(), dtypes[k], agt::Tol{.k = 4});
+    }
+  }
+}
+
+// A 16-bit gradient read widened by the CUDA pass gives the bits of the same gradient given in
+// FP32 on the master (as GradScaler's unscale_ leaves it).
+TEST(CudaKernels, A16BitGradientIsReadAsItsFloat32Value) {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(std::string(ag::dtype_name(dtype)));
+    const int64_t n = 3 * ag::multi_tensor::kCudaChunkElements + 5;
+    Tensor a = random_tensor({n}, dtype, 50, Device::kCUDA), b = random_tensor({n}, dtype, 50, Device::kCUDA);
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    ag::optim::AdamW opt_a({a}, {.lr = 1e-2}), opt_b({b}, {.lr = 1e-2});
+    for (int step = 0; step < 2; ++step) {
+      const Tensor g = random_tensor({n}, dtype, 60 + step, Device::kCUDA);
+      a.set_grad(g);
+      b.master().set_grad(g.to(DType::kFloat32));
+      opt_a.step();
+      opt_b.step();
+    }
+    EXPECT_EQ(agt::bytes_of(a), agt::bytes_of(b));
+    EXPECT_EQ(agt::bytes_of(a.master()), agt::bytes_of(b.master()));
+  }
+}
+
+// An update pass that cannot run (the optimizer state left on the CPU when the parameter moved
+// to the GPU) throws naming the state, and changes nothing: the step count and moments stay.
+TEST(CudaKernels, AnUpdatePassThatCannotRunChangesNothing) {
+  SKIP_WITHOUT_CUDA();
+  Tensor p = random_tensor({5}, DType::kFloat32, 1);
+  p.set_requires_grad(true);
+  ag::optim::Adam opt({p}, ag::optim::AdamOptions{.lr = 1e-2});
+  p.set_grad(random_tensor({5}, DType::kFloat32, 2));
+  opt.step();
+  const std::vector<double> m = opt.state(0).exp_avg.to_double_vector();
+  p.set_data(p.detach().to(Device::kCUDA));
+  p.set_grad(random_tensor({5}, DType::kFloat32, 3, Device::kCUDA));
+  EXPECT_TRUE(agt::throws_error([&] { opt.step(); }, {"Adam update", "exp_avg", "another device"}));
+  EXPECT_EQ(opt.state(0).step, 1);
+  EXPECT_EQ(opt.state(0).exp_avg.to_double_vector(), m);
 }
 
 // The squared norm clip_grad_norm_ needs, over many tensors in one launch, against the CPU (both in

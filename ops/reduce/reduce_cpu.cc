@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "framework/multi_tensor.h"
 #include "framework/parallel.h"
 #include "ops/elementwise/elementwise_kernels.h"
 #include "ops/reduce/reduce_kernels.h"
@@ -199,46 +200,47 @@ double squares(const T* x, int64_t n) {
   }
 }
 
-struct Piece {
-  const Tensor* x;
-  int64_t start, n;
-};
+using multi_tensor::Chunk;
 
 }  // namespace
 
-void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
-  constexpr int64_t kPiece = int64_t{1} << 16;
-  std::vector<Piece> pieces;
-  for (const Tensor& x : xs) {
-    for (int64_t start = 0; start < x.numel(); start += kPiece) pieces.push_back({&x, start, std::min(kPiece, x.numel() - start)});
-  }
-  std::vector<double> partials(pieces.size(), 0.0);
-  const auto run = [&](int64_t i) {
-    const Piece& p = pieces[static_cast<size_t>(i)];
-    visit_floating_dtype(p.x->dtype(), [&](auto t) {
+void sum_of_squares(const SquaresChunks& chunks, Tensor& out) {
+  std::vector<double> partials(chunks.size(), 0.0);
+  multi_tensor::apply_cpu(chunks, [&](const Chunk<1>& c) {
+    visit_floating_dtype(c.dtype[0], [&](auto t) {
       using T = decltype(t);
-      partials[static_cast<size_t>(i)] = squares(p.x->data<T>() + p.start, p.n);
+      partials[static_cast<size_t>(&c - chunks.data())] = squares(multi_tensor::chunk_data<const T>(c, 0), c.n);
     });
-  };
-  if (pieces.size() > 1) {
-    parallel_for(static_cast<int64_t>(pieces.size()), run);
-  } else if (!pieces.empty()) {
-    run(0);
-  }
+  });
   double total = 0.0;
-  for (double p : partials) total += p;  // in piece order
+  for (double p : partials) total += p;  // in table order
   out.data<double>()[0] = total;
 }
 
-void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm) {
+void clip_by_norm_(const SquaresChunks& chunks, const Tensor& sum_sq, double max_norm, Tensor& norm) {
   const double total_norm = std::sqrt(sum_sq.data<double>()[0]);
   norm.data<double>()[0] = total_norm;
   const double coeff = max_norm / (total_norm + 1e-6);  // PyTorch's epsilon
   if (!std::isfinite(total_norm) || !(coeff < 1.0)) return;
-  for (const Tensor& x : xs) {
-    Tensor y = x;  // a handle to the same storage: affine writes through it
-    affine(x, coeff, 0.0, y);
-  }
+  multi_tensor::apply_cpu(chunks, [&](const Chunk<1>& c) {
+    visit_floating_dtype(c.dtype[0], [&](auto t) {
+      using T = decltype(t);
+      using C = ComputeType<T>;
+      T* x = multi_tensor::chunk_data<T>(c, 0);
+      const C scale = static_cast<C>(coeff);
+      if constexpr (std::is_same_v<T, C>) {
+        for (int64_t i = 0; i < c.n; ++i) x[i] = scale * x[i] + C(0);  // + 0 as affine: -0 becomes +0
+      } else {
+        C wide[kWiden];  // 16-bit values in float a block at a time, rounded back as affine rounds them
+        for (int64_t start = 0; start < c.n; start += kWiden) {
+          const int64_t len = std::min(kWiden, c.n - start);
+          widen(x + start, wide, static_cast<size_t>(len));
+          for (int64_t j = 0; j < len; ++j) wide[j] = scale * wide[j] + C(0);
+          narrow(wide, x + start, static_cast<size_t>(len));
+        }
+      }
+    });
+  });
 }
 
 }  // namespace ampgrad::kernels::cpu

@@ -3,12 +3,13 @@
 // per (chunk, output) and adds the partials in chunk order: deterministic, and tiled so that
 // neighbouring threads read neighbouring elements whether the innermost dimension is kept (bias
 // gradients) or reduced (row sums). max_along scans one dimension per output element.
-// sum_of_squares and clip_by_norm_ walk a chunk table over many tensors in one launch.
+// sum_of_squares and clip_by_norm_ are multi-tensor passes (framework/multi_tensor_cuda.h).
 #include <algorithm>
 
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
 #include "framework/device_cuda.h"
+#include "framework/multi_tensor_cuda.h"
 #include "ops/reduce/reduce_cuda.h"
 #include "ops/reduce/reduce_kernels.h"
 #include "ops/strided.h"
@@ -140,64 +141,58 @@ __global__ void max_backward_kernel(const T* dy, const int64_t* indices, int64_t
   }
 }
 
-template <typename T>
-__device__ double squares_span(const T* x, int64_t n) {
+// Each thread adds the squares of its elements of a chunk in double, then that chunk's sum to its
+// total over the block's chunks; finish() reduces the block's totals into partials[blockIdx.x]
+// (one per block: a fixed grid for a given table, so the order of the sum is fixed too).
+struct SumOfSquares {
+  double* partials;
   double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const double v = static_cast<double>(dload(x[i]));
-    acc += v * v;
+  __device__ void operator()(const multi_tensor::Chunk<1>& c) {
+    double chunk = 0.0;
+    multi_tensor::visit_floating(c.dtype[0], [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = static_cast<const T*>(c.data[0]);
+      for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x) {
+        const double v = static_cast<double>(dload(x[i]));
+        chunk += v * v;
+      }
+    });
+    acc += chunk;
   }
-  return acc;
-}
-
-// chunks is (count), partials is (gridDim.x): partials[b] = the squares of chunks b, b + gridDim.x,
-// ... added in double; a fixed grid for a given table, so the order is fixed too.
-__global__ void squares_chunks_kernel(const TensorChunk* chunks, int64_t count, double* partials) {
-  using BlockReduce = cub::BlockReduce<double, kThreads>;
-  __shared__ typename BlockReduce::TempStorage temp;
-  double acc = 0.0;
-  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
-    const TensorChunk chunk = chunks[c];
-    switch (chunk.dtype) {
-      case DType::kFloat32: acc += squares_span(static_cast<const float*>(chunk.in), chunk.n); break;
-      case DType::kFloat16: acc += squares_span(static_cast<const __half*>(chunk.in), chunk.n); break;
-      case DType::kBFloat16: acc += squares_span(static_cast<const __nv_bfloat16*>(chunk.in), chunk.n); break;
-      case DType::kFloat64: acc += squares_span(static_cast<const double*>(chunk.in), chunk.n); break;
-      default: break;  // refused on the host
-    }
+  __device__ void finish() {
+    using BlockReduce = cub::BlockReduce<double, kThreads>;
+    __shared__ typename BlockReduce::TempStorage temp;
+    const double total = BlockReduce(temp).Sum(acc);
+    if (threadIdx.x == 0) partials[blockIdx.x] = total;
   }
-  const double total = BlockReduce(temp).Sum(acc);
-  if (threadIdx.x == 0) partials[blockIdx.x] = total;
-}
+};
 
-template <typename T>
-__device__ void scale_span(T* x, int64_t n, Compute<T> coeff) {
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x[i] = dstore<T>(coeff * dload(x[i]) + Compute<T>(0));
-}
-
-// sum_sq and norm are (1), chunks is (count): norm = sqrt(sum_sq), and when clipping is due every
-// chunk's out (in place) = coeff * out + 0, with affine_kernel's rounding. Every block works the
-// coefficient out from sum_sq (a few flops; it saves a launch); block 0 writes norm, which is a
-// different element from sum_sq, so no block reads what another writes.
-__global__ void clip_chunks_kernel(const TensorChunk* chunks, int64_t count, const double* sum_sq, double max_norm,
-                                   double* norm) {
-  const double total_norm = sqrt(*sum_sq);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *norm = total_norm;
-  const double coeff = max_norm / (total_norm + 1e-6);  // PyTorch's epsilon, in double as on the CPU
-  if (!isfinite(total_norm) || !(coeff < 1.0)) return;
-  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
-    const TensorChunk chunk = chunks[c];
-    switch (chunk.dtype) {
-      case DType::kFloat32: scale_span(static_cast<float*>(chunk.out), chunk.n, static_cast<float>(coeff)); break;
-      case DType::kFloat16: scale_span(static_cast<__half*>(chunk.out), chunk.n, static_cast<float>(coeff)); break;
-      case DType::kBFloat16:
-        scale_span(static_cast<__nv_bfloat16*>(chunk.out), chunk.n, static_cast<float>(coeff));
-        break;
-      case DType::kFloat64: scale_span(static_cast<double*>(chunk.out), chunk.n, coeff); break;
-      default: break;  // refused on the host
-    }
+// norm = sqrt(sum_sq) (sum_sq and norm are one double each), and when clipping is due every chunk
+// (in place) = coeff * x + 0, with affine_kernel's rounding. Every block works the coefficient out
+// from sum_sq (a few flops; it saves a launch); block 0 writes norm when it is done, a different
+// element from sum_sq, so no block reads what another writes.
+struct ClipByNorm {
+  const double* sum_sq;
+  double max_norm;
+  double* norm;
+  __device__ void operator()(const multi_tensor::Chunk<1>& c) const {
+    const double total_norm = sqrt(*sum_sq);
+    const double coeff = max_norm / (total_norm + 1e-6);  // PyTorch's epsilon, in double as on the CPU
+    if (!isfinite(total_norm) || !(coeff < 1.0)) return;
+    multi_tensor::visit_floating(c.dtype[0], [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* x = static_cast<T*>(c.data[0]);
+      const Compute<T> scale = static_cast<Compute<T>>(coeff);
+      for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x) x[i] = dstore<T>(scale * dload(x[i]) + Compute<T>(0));
+    });
   }
-}
+  __device__ void finish() const {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *norm = sqrt(*sum_sq);
+  }
+};
+
+// norm = sqrt(sum_sq) when there is nothing to clip.
+__global__ void write_norm_kernel(const double* sum_sq, double* norm) { *norm = sqrt(*sum_sq); }
 
 }  // namespace
 
@@ -239,41 +234,31 @@ void sum_to(const Tensor& x, double alpha, Tensor& out) {
   alloc.deallocate(partials, nbytes);  // stream-ordered: a later user of the block runs after us
 }
 
-void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
-  std::vector<TensorChunk> chunks;
-  for (const Tensor& x : xs) append_chunks(chunks, x.data_ptr(), x.dtype(), nullptr, 0, x.numel());
+void sum_of_squares(const SquaresChunks& chunks, Tensor& out) {
   double* result = static_cast<double*>(out.data_ptr());
   if (chunks.empty()) {
     AG_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(double), cudaStreamLegacy));  // a sum of nothing is 0
     return;
   }
   Allocator& alloc = caching_allocator();
-  const size_t table_bytes = chunks.size() * sizeof(TensorChunk);
-  const unsigned int blocks = chunk_blocks(chunks.size());
+  const unsigned int blocks = multi_tensor::launch_blocks(chunks.size());
   const size_t partial_bytes = sizeof(double) * blocks;
-  auto* table = static_cast<TensorChunk*>(upload_async(chunks.data(), table_bytes));
   auto* partials = static_cast<double*>(alloc.allocate(partial_bytes));
-  squares_chunks_kernel<<<blocks, kThreads>>>(table, static_cast<int64_t>(chunks.size()), partials);
-  alloc.deallocate(table, table_bytes);  // stream-ordered: a later user of the block runs after us
-  AG_CUDA_CHECK_LAUNCH("squares_chunks_kernel");
+  multi_tensor::apply_cuda(chunks, SumOfSquares{partials}, "sum_of_squares (multi-tensor)", blocks);
   reduce_finish_kernel<double, double><<<1, kThreads>>>(partials, static_cast<int>(blocks), Identity{}, result);
-  alloc.deallocate(partials, partial_bytes);
+  alloc.deallocate(partials, partial_bytes);  // stream-ordered: a later user of the block runs after us
   AG_CUDA_CHECK_LAUNCH("reduce_finish_kernel");
 }
 
-void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm) {
-  std::vector<TensorChunk> chunks;
-  for (const Tensor& x : xs) {
-    void* data = const_cast<void*>(x.data_ptr());  // scaled in place: the caller passed the tensors to write
-    append_chunks(chunks, data, x.dtype(), data, element_size(x.dtype()), x.numel());
+void clip_by_norm_(const SquaresChunks& chunks, const Tensor& sum_sq, double max_norm, Tensor& norm) {
+  const auto* sum = static_cast<const double*>(sum_sq.data_ptr());
+  auto* out = static_cast<double*>(norm.data_ptr());
+  if (chunks.empty()) {
+    write_norm_kernel<<<1, 1>>>(sum, out);
+    AG_CUDA_CHECK_LAUNCH("write_norm_kernel");
+    return;
   }
-  const size_t table_bytes = chunks.size() * sizeof(TensorChunk);
-  auto* table = chunks.empty() ? nullptr : static_cast<TensorChunk*>(upload_async(chunks.data(), table_bytes));
-  clip_chunks_kernel<<<chunk_blocks(chunks.size()), kThreads>>>(table, static_cast<int64_t>(chunks.size()),
-                                                               static_cast<const double*>(sum_sq.data_ptr()),
-                                                               max_norm, static_cast<double*>(norm.data_ptr()));
-  if (table != nullptr) caching_allocator().deallocate(table, table_bytes);  // stream-ordered, as above
-  AG_CUDA_CHECK_LAUNCH("clip_chunks_kernel");
+  multi_tensor::apply_cuda(chunks, ClipByNorm{sum, max_norm, out}, "clip_by_norm_ (multi-tensor)");
 }
 
 void max_along(const Tensor& x, int64_t dim, Tensor& values, Tensor& indices) {

@@ -8,6 +8,7 @@
 
 #include "framework/device.h"
 #include "framework/error.h"
+#include "framework/multi_tensor.h"
 #include "framework/tensor.h"
 
 namespace ampgrad::kernels {
@@ -37,12 +38,14 @@ inline void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, T
 }
 
 // out (one float64 element, on out's device) = the sum over every tensor of xs of its squared
-// elements, each square formed and added in double, in pieces fixed by the tensors' sizes alone (the
-// bits do not depend on thread counts). xs: floating tensors of any dtypes, all on out's device.
-// The squared L2 norm clip_grad_norm_ needs, read back with ONE host sync however many tensors:
-// on CUDA every tensor goes through one launch (a chunk table), plus one to add the partials.
-namespace cpu { void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out); }
-namespace cuda { void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out); }
+// elements, each square formed and added in double, chunk by chunk of a multi-tensor pass
+// (framework/multi_tensor.h), the chunks' sums added in table order: the bits depend on the
+// tensors' sizes alone, not on thread counts. xs: floating tensors of any dtypes, all on out's
+// device. The squared L2 norm clip_grad_norm_ needs, read back with ONE host sync however many
+// tensors: on CUDA every tensor goes through one launch, plus one to add the chunks' sums.
+using SquaresChunks = std::vector<multi_tensor::Chunk<1>>;  ///< the chunk table of one tensor list
+namespace cpu { void sum_of_squares(const SquaresChunks& chunks, Tensor& out); }
+namespace cuda { void sum_of_squares(const SquaresChunks& chunks, Tensor& out); }
 inline void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
   AG_CHECK(out.dtype() == DType::kFloat64 && out.numel() == 1, "sum_of_squares: out must be one float64 element, got ",
            out.to_string());
@@ -50,7 +53,7 @@ inline void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
     AG_CHECK(is_floating(x.dtype()) && x.device() == out.device(), "sum_of_squares: cannot add the squares of ",
              x.to_string(), " into ", out.to_string(), "; hint: floating tensors on out's device only");
   }
-  AG_ON_BACKEND(out.device(), sum_of_squares, xs, out);
+  AG_ON_BACKEND(out.device(), sum_of_squares, multi_tensor::make_chunks<1>("sum_of_squares", {xs}, out.device()), out);
   out.bump_version();
 }
 
@@ -59,9 +62,9 @@ inline void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
 // element, a different one) = sqrt(sum_sq). When norm is finite and coeff = max_norm / (norm + 1e-6)
 // is below 1, every x of xs becomes coeff * x + 0 in place, coeff rounded to x's compute type:
 // the bits affine(x, coeff, 0, x) gives. A non-finite norm or coeff >= 1 leaves xs as they are.
-// On CUDA one launch covers every x (a chunk table); each block works the coefficient out itself.
-namespace cpu { void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm); }
-namespace cuda { void clip_by_norm_(const std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm); }
+// On CUDA one multi-tensor launch covers every x; each block works the coefficient out itself.
+namespace cpu { void clip_by_norm_(const SquaresChunks& chunks, const Tensor& sum_sq, double max_norm, Tensor& norm); }
+namespace cuda { void clip_by_norm_(const SquaresChunks& chunks, const Tensor& sum_sq, double max_norm, Tensor& norm); }
 inline void clip_by_norm_(std::vector<Tensor>& xs, const Tensor& sum_sq, double max_norm, Tensor& norm) {
   const auto one_double = [&](const Tensor& t) {
     return t.dtype() == DType::kFloat64 && t.numel() == 1 && t.device() == norm.device();
@@ -74,7 +77,8 @@ inline void clip_by_norm_(std::vector<Tensor>& xs, const Tensor& sum_sq, double 
     AG_CHECK(is_floating(x.dtype()) && x.device() == norm.device(), "clip_by_norm_: cannot scale ", x.to_string(),
              " by a norm in ", norm.to_string(), "; hint: floating tensors on norm's device only");
   }
-  AG_ON_BACKEND(norm.device(), clip_by_norm_, xs, sum_sq, max_norm, norm);
+  AG_ON_BACKEND(norm.device(), clip_by_norm_, multi_tensor::make_chunks<1>("clip_by_norm_", {xs}, norm.device()),
+                sum_sq, max_norm, norm);
   norm.bump_version();
   for (Tensor& x : xs) x.bump_version();  // whether or not they were scaled: the host cannot know
 }
