@@ -22,6 +22,7 @@
 #include "framework/multi_tensor.h"
 #include "nn/utils.h"
 #include "ops/reduce/reduce_kernels.h"
+#include "optim_test_util.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -242,21 +243,7 @@ TEST(CudaKernels, OneOptimizerPassOverMixedParametersMatchesCpu) {
 TEST(CudaKernels, A16BitGradientIsReadAsItsFloat32Value) {
   SKIP_WITHOUT_CUDA();
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    SCOPED_TRACE(std::string(ag::dtype_name(dtype)));
-    const int64_t n = 3 * ag::multi_tensor::kCudaChunkElements + 5;
-    Tensor a = random_tensor({n}, dtype, 50, Device::kCUDA), b = random_tensor({n}, dtype, 50, Device::kCUDA);
-    a.set_requires_grad(true);
-    b.set_requires_grad(true);
-    ag::optim::AdamW opt_a({a}, {.lr = 1e-2}), opt_b({b}, {.lr = 1e-2});
-    for (int step = 0; step < 2; ++step) {
-      const Tensor g = random_tensor({n}, dtype, 60 + step, Device::kCUDA);
-      a.set_grad(g);
-      b.master().set_grad(g.to(DType::kFloat32));
-      opt_a.step();
-      opt_b.step();
-    }
-    EXPECT_EQ(agt::bytes_of(a), agt::bytes_of(b));
-    EXPECT_EQ(agt::bytes_of(a.master()), agt::bytes_of(b.master()));
+    agt::expect_widened_grad_equals_fp32_grad(dtype, 3 * ag::multi_tensor::kCudaChunkElements + 5, Device::kCUDA);
   }
 }
 

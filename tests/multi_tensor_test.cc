@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "framework/allocator.h"
@@ -21,6 +20,7 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "optim/update_kernels.h"
+#include "optim_test_util.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -182,21 +182,7 @@ TEST(MultiTensor, OneSgdPassEqualsOneSgdPerParameter) {
 // same gradient given in FP32 on the master, as GradScaler's unscale_ leaves it.
 TEST(MultiTensor, A16BitGradientIsReadAsItsFloat32Value) {
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    SCOPED_TRACE(std::string(ag::dtype_name(dtype)));
-    const int64_t n = 2 * mt::kCpuChunkElements + 3;
-    Tensor a = values(n, dtype, 21), b = copy_of(a);
-    a.set_requires_grad(true);
-    b.set_requires_grad(true);
-    ag::optim::AdamW opt_a({a}, {.lr = 1e-2}), opt_b({b}, {.lr = 1e-2});
-    for (int step = 0; step < 2; ++step) {
-      const Tensor g = values(n, dtype, 30 + static_cast<uint64_t>(step));
-      a.set_grad(g);
-      b.master().set_grad(g.to(DType::kFloat32));
-      opt_a.step();
-      opt_b.step();
-    }
-    EXPECT_EQ(agt::bytes_of(a), agt::bytes_of(b));
-    EXPECT_EQ(agt::bytes_of(a.master()), agt::bytes_of(b.master()));
+    agt::expect_widened_grad_equals_fp32_grad(dtype, 2 * mt::kCpuChunkElements + 3, ag::Device::kCPU);
   }
 }
 
