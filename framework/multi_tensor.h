@@ -29,7 +29,7 @@ namespace ampgrad::multi_tensor {
 template <size_t Lists>
 using TensorLists = std::array<std::vector<Tensor>, Lists>;
 
-/// One piece of a pass: elements [start, start + n) of tensor `tensor` in every list, at data[l]
+/// One piece of a pass: n consecutive elements of tensor `tensor` in every list, at data[l]
 /// (already offset to the chunk's first element; null where list l has no tensor) of dtype[l].
 /// A plain struct, so CUDA kernels read it from the uploaded table as the CPU does from the vector.
 template <size_t Lists>
@@ -73,7 +73,8 @@ std::vector<Chunk<Lists>> make_chunks(const char* who, const TensorLists<Lists>&
       base.dtype[l] = t.defined() ? t.dtype() : DType::kFloat32;
       if (!t.defined()) continue;
       AG_CHECK(t.numel() == n && t.device() == device, who, ": tensor ", k, " is ", t.to_string(), " in list ", l,
-               " but ", first.to_string(), " in list 0; hint: every list needs the same sizes, all on ", device);
+               l == 0 ? "" : " but " + first.to_string() + " in list 0",
+               "; hint: every list needs the same sizes, all on ", device);
       base.data[l] = const_cast<void*>(t.data_ptr());  // the pass writes the lists it was given to write
     }
     for (int64_t start = 0; start < n; start += per_chunk) {
