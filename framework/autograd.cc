@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <mutex>
 #include <new>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "framework/autocast.h"
 #include "framework/copy.h"
@@ -136,14 +138,10 @@ std::mutex& leaf_lock(const TensorImpl& leaf) {
 // becomes the leaf's grad as it is, as in PyTorch; anything else is copied, since it may be shared
 // with other consumers. Taking it saves a full copy of every weight gradient per step.
 void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad, uint64_t pass) {
-  static std::atomic<uint64_t> writes{0};
   Tensor g = std::move(grad);
   if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);  // a leaf's gradient has the leaf's dtype
-  std::lock_guard lock(leaf_lock(leaf));  // the write order is the leaf's state too
-  if (leaf.grad_pass != pass) {
-    leaf.grad_pass = pass;
-    leaf.grad_order = ++writes;
-  }
+  std::lock_guard lock(leaf_lock(leaf));  // the pass stamp is the leaf's state too
+  leaf.grad_pass = pass;
   if (leaf.grad.defined()) return accumulate_(leaf.grad, g);
   const TensorImpl& gi = *g.impl();
   const bool unshared = g.impl_ptr().use_count() == 1 && gi.storage.use_count() == 1 && !gi.grad_fn &&
@@ -307,6 +305,45 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
     if (retain == RetainGraph::kNo) node->release_saved();
     leaf_hooks.done(*node);
   }
+}
+
+std::vector<const TensorImpl*> leaves_in_backward_order(const Tensor& root) {
+  if (!root.defined() || !root.requires_grad()) return {};
+  if (!root.grad_fn()) return {root.impl()};
+  // A leaf is first written by its consumer with the largest sequence number, through that
+  // consumer's first edge to it (a node writes its inputs' gradients in edge order).
+  struct FirstWrite {
+    uint64_t sequence_nr;
+    size_t edge;
+  };
+  std::unordered_map<const TensorImpl*, FirstWrite> first_writes;
+  std::unordered_set<const Node*> seen{root.grad_fn().get()};
+  std::vector<const Node*> stack{root.grad_fn().get()};
+  while (!stack.empty()) {
+    const Node* node = stack.back();
+    stack.pop_back();
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& edge = node->next_edges[i];
+      if (edge.leaf) {
+        const FirstWrite here{node->sequence_nr(), i};
+        auto [it, fresh] = first_writes.try_emplace(edge.leaf.get(), here);
+        if (!fresh && here.sequence_nr > it->second.sequence_nr) it->second = here;
+      } else if (edge.node && seen.insert(edge.node.get()).second) {
+        stack.push_back(edge.node.get());
+      }
+    }
+  }
+  std::vector<std::pair<FirstWrite, const TensorImpl*>> writes;
+  writes.reserve(first_writes.size());
+  for (const auto& [leaf, write] : first_writes) writes.emplace_back(write, leaf);
+  std::sort(writes.begin(), writes.end(), [](const auto& a, const auto& b) {
+    return a.first.sequence_nr != b.first.sequence_nr ? a.first.sequence_nr > b.first.sequence_nr
+                                                      : a.first.edge < b.first.edge;
+  });
+  std::vector<const TensorImpl*> leaves;
+  leaves.reserve(writes.size());
+  for (const auto& write : writes) leaves.push_back(write.second);
+  return leaves;
 }
 
 }  // namespace ampgrad

@@ -139,4 +139,11 @@ Edge edge_to(const Tensor& input);
 /// Runs backward from `root` (see Tensor::backward).
 void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain);
 
+/// The leaves that a backward from `root` reaches, in the order it first writes their gradients:
+/// it replays nodes by descending sequence_nr, and a leaf is first written by the first of its
+/// consumers to run. Reads only the graph's edges, which a backward keeps, so it may be called
+/// before or after one; the pointers are valid while the graph lives. For reports (a skipped
+/// step lists its inf/NaN gradients in this order); the engine itself does not use it.
+std::vector<const TensorImpl*> leaves_in_backward_order(const Tensor& root);
+
 }  // namespace ampgrad

@@ -44,13 +44,9 @@ struct TensorImpl {
   Tensor grad;                     // same dtype, shape and device as this tensor
   Tensor master;                   // FP32 master copy, for lower-precision parameters an optimizer owns
   std::shared_ptr<Node> grad_fn;   // the recorded op that produced this tensor; null for leaves
-  // Leaves: which backward pass wrote grad last, and when that pass first wrote it, on one
-  // process-wide count of writes. Autograd facts with two users: grad_pass changes exactly when
-  // another backward reaches the leaf (GradScaler refuses a step after one since unscale_), and
-  // grad_order orders leaves as a backward reached them (the scaler's skip report). One counter
-  // cannot do both: a pass overlapping another on a second thread would not restamp the leaf.
-  uint64_t grad_pass = 0;   // that pass
-  uint64_t grad_order = 0;  // that write
+  // Leaves: the backward pass that wrote grad last. GradScaler refuses a step when another
+  // backward reached a parameter after unscale_ (PyTorch cannot tell; it would step on a mix).
+  uint64_t grad_pass = 0;
   std::shared_ptr<PostAccumulateGradHooks> post_accumulate_grad_hooks;  // null until one is registered
 };
 

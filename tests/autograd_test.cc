@@ -247,6 +247,40 @@ TEST(Autograd, MemoryIsSteadyInATrainingLoopWithAdam) {
 
 // ---- Post-accumulate-grad hooks (what data-parallel training overlaps its communication with) ----
 
+TEST(Autograd, LeavesInBackwardOrderAreTheOrderTheEngineWritesThem) {
+  // Each leaf has one consumer here, so its first write is its last: the hooks see the order.
+  ag::manual_seed(3);
+  ag::nn::Linear l1(4, 8), l2(8, 8), l3(8, 2);
+  const Tensor x = ag::randn({5, 4});
+  const Tensor loss = ag::ops::sum(l3(ag::ops::relu(l2(ag::ops::relu(l1(x))))));
+  std::vector<const ag::TensorImpl*> written;
+  std::vector<Tensor> params;
+  for (ag::nn::Linear* layer : {&l1, &l2, &l3}) {
+    for (Tensor p : layer->parameters()) {
+      p.register_post_accumulate_grad_hook([&](const Tensor& t) { written.push_back(t.impl()); });
+      params.push_back(p);
+    }
+  }
+  const std::vector<const ag::TensorImpl*> before = ag::leaves_in_backward_order(loss);
+  loss.backward();
+  ASSERT_EQ(written.size(), 6u);
+  EXPECT_EQ(before, written);
+  EXPECT_EQ(written.front(), l3.parameters().front().impl()) << "the last layer's weight comes first";
+  EXPECT_EQ(ag::leaves_in_backward_order(loss), written) << "the edges outlive the backward";
+}
+
+TEST(Autograd, LeavesInBackwardOrderPutASharedLeafAtItsFirstWrite) {
+  // w is used first and last: the last use's node runs first and writes w before v and x; the
+  // first use writes x (its edge 0) and w again. A node writes its leaves in edge order.
+  Tensor x = leaf({1, 2}), w = leaf({3, 4}), v = leaf({5, 6});
+  const Tensor loss = ag::ops::sum(((x * w) * v) * w);
+  using Order = std::vector<const ag::TensorImpl*>;
+  EXPECT_EQ(ag::leaves_in_backward_order(loss), (Order{w.impl(), v.impl(), x.impl()}));
+  EXPECT_EQ(ag::leaves_in_backward_order(ag::ops::sum(x * v)), (Order{x.impl(), v.impl()}));
+  EXPECT_EQ(ag::leaves_in_backward_order(x), (Order{x.impl()})) << "a leaf root is its own only leaf";
+  EXPECT_TRUE(ag::leaves_in_backward_order(ag::zeros({2})).empty()) << "nothing requires grad";
+}
+
 TEST(AutogradHooks, RunOnceAfterTheWholeGradientOfAPassWasAccumulated) {
   Tensor x = leaf({1, 2, 3});
   std::vector<std::vector<float>> seen;

@@ -111,6 +111,35 @@ TEST(SkipReport, ListsEveryAffectedParameterInBackwardOrder) {
   EXPECT_EQ(report->culprit().substr(0, 2), "2.");
 }
 
+TEST(SkipReport, AGradientNoScaledLossReachesIsListedLast) {
+  // The chain at S = 2^14 as above, plus `extra`, first in the optimizer, whose inf gradient was
+  // set by hand rather than by a backward from a loss given to scale(): it comes after the four.
+  Chain chain({200.0f, 0.01f, 1.0f});
+  Tensor extra = ag::zeros({2});
+  extra.set_requires_grad(true);
+  std::vector<Tensor> params{extra};
+  for (const Tensor& p : chain.model.parameters()) params.push_back(p);
+  ag::optim::SGD opt(params, {.lr = 0.0});
+  amp::GradScaler scaler({.init_scale = 16384});
+  auto named = chain.model.named_parameters();
+  named.emplace_back("extra", extra);
+  scaler.set_parameter_names(named);
+  Tensor loss;
+  {
+    amp::AutocastGuard guard(ag::Device::kCPU, DType::kFloat16);
+    loss = ag::ops::mse_loss(chain.model(chain.x), chain.y);
+  }
+  scaler.scale(loss).backward();
+  extra.set_grad(Tensor::from_vector(std::vector<float>{INFINITY, 0.0f}, {2}));
+  EXPECT_FALSE(scaler.step(opt));
+  const std::vector<std::string> names = names_of(*scaler.last_skip());
+  ASSERT_EQ(names.size(), 5u) << scaler.last_skip()->to_string();
+  EXPECT_EQ(names[0].substr(0, 2), "2.");
+  EXPECT_EQ(names[3].substr(0, 2), "1.");
+  EXPECT_EQ(names[4], "extra");
+  EXPECT_EQ(scaler.last_skip()->grads[4].backward_order, 0u);
+}
+
 TEST(SkipReport, UnnamedParametersAreNumberedInTheirOptimizer) {
   Chain chain({200.0f, 0.01f, 1.0f});
   ag::optim::SGD opt(chain.model.parameters(), {.lr = 0.0});

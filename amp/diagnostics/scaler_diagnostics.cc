@@ -7,6 +7,7 @@
 
 #include "amp/diagnostics/forward_watch.h"
 #include "amp/unscale.h"
+#include "framework/autograd.h"
 #include "framework/error.h"
 #include "framework/tensor_impl.h"
 
@@ -49,10 +50,14 @@ void ScalerDiagnostics::unwatch_forward() { watch_.reset(); }
 
 void ScalerDiagnostics::record_loss(const Tensor& loss, const Tensor& scaled) {
   losses_.emplace_back(loss.detach(), scaled.detach());
+  // Read now, while the graph is certainly alive; a later loss's backward writes after this one's.
+  for (const TensorImpl* leaf : leaves_in_backward_order(scaled)) backward_order_[leaf] = ++writes_;
 }
 
 void ScalerDiagnostics::end_iteration() {
   losses_.clear();
+  backward_order_.clear();
+  writes_ = 0;
   stats_requested_ = false;
   if (watch_) watch_->reset();
 }
@@ -101,14 +106,19 @@ void ScalerDiagnostics::diagnose(const UnscalePass& pass) {
     if (c.infs + c.nans == 0) continue;
     const size_t index = pass.indices[k];
     const Tensor& p = pass.params[index];
+    const auto order = backward_order_.find(p.impl());
     skip_->grads.push_back({.name = parameter_name(p, index),
                             .infs = c.infs,
                             .nans = c.nans,
                             .numel = pass.outs[k].numel(),
-                            .backward_order = p.impl()->grad_order});
+                            .backward_order = order != backward_order_.end() ? order->second : 0});
   }
+  // Unknown order (0) last, in the optimizer's order.
+  const auto key = [](const NonfiniteGrad& g) {
+    return g.backward_order != 0 ? g.backward_order : std::numeric_limits<uint64_t>::max();
+  };
   std::stable_sort(skip_->grads.begin(), skip_->grads.end(),
-                   [](const NonfiniteGrad& a, const NonfiniteGrad& b) { return a.backward_order < b.backward_order; });
+                   [&](const NonfiniteGrad& a, const NonfiniteGrad& b) { return key(a) < key(b); });
 }
 
 }  // namespace ampgrad::amp

@@ -84,6 +84,11 @@ class ScalerDiagnostics {
   std::optional<GradStatsReport> stats_;
   std::optional<SkipReport> skip_;
   std::vector<std::pair<Tensor, Tensor>> losses_;  // this iteration's (loss, scaled loss), detached
+  // This iteration's parameters in the order the backwards from its scaled losses first write
+  // them (autograd's leaves_in_backward_order, numbered on across losses). Keys are not owned:
+  // only looked up with parameters the optimizer holds.
+  std::unordered_map<const TensorImpl*, uint64_t> backward_order_;
+  uint64_t writes_ = 0;
   std::unique_ptr<ForwardWatch> watch_;
 };
 

@@ -24,7 +24,9 @@ struct NonfiniteGrad {
   int64_t infs = 0;  ///< elements that are +-inf
   int64_t nans = 0;  ///< elements that are NaN
   int64_t numel = 0;  ///< the gradient's number of elements
-  uint64_t backward_order = 0;  ///< when the latest backward to reach it first wrote it (smaller: earlier)
+  /// When the backward from the latest scaled loss to reach it first wrote it (smaller: earlier);
+  /// 0 when no loss given to GradScaler::scale() this iteration reaches it (listed last).
+  uint64_t backward_order = 0;
 };
 
 /// Why GradScaler skipped a step: where the first inf/NaN came from, and which gradients held one.
