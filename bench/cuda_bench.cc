@@ -145,7 +145,7 @@ StepResult train_step(const ag::nn::Sequential& init, const ag::Tensor& x, const
                       int iters) {
   const bool amp = compute != ag::DType::kFloat32;
   // The cache starts empty, so reserved_mib is what this run alone made the allocator hold.
-  ag::cuda::empty_cache();
+  ag::empty_cache(ag::Device::kCUDA);
   std::vector<ag::Tensor> params;
   for (const ag::Tensor& p : init.parameters()) {
     ag::Tensor copy = p.detach().to(ag::DType::kFloat64).to(p.dtype());  // a new tensor with the same values

@@ -2,9 +2,13 @@
 // allocator switch.
 #include "framework/allocator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdlib>
+#include <iterator>
+#include <list>
+#include <mutex>
 #include <new>
 #include <unordered_map>
 #include <vector>
@@ -25,17 +29,22 @@ constexpr bool kCacheBlocks = false;  // AddressSanitizer must see every free to
 constexpr bool kCacheBlocks = true;
 #endif
 
-// Freed CPU blocks are kept by size class, per thread, and handed out again. A training step frees
-// and reallocates the same sizes every time: with glibc's aligned_alloc, chunk splitting and
+// Freed CPU blocks are kept by size class and handed out again. A training step frees and
+// reallocates the same sizes every time: with glibc's aligned_alloc, chunk splitting and
 // consolidation were 40% of the instructions of a small AMP step, and large tensors were mapped
-// and page-faulted afresh each step. Classes: powers of two up to 4 KiB, then four per power of
-// two up to 1 MiB (at most 25% over the request), then multiples of 256 KiB.
+// afresh each step, every page zeroed by the kernel on its first touch (a fifth of a GPT-2-small
+// step). Classes: powers of two up to 4 KiB, then four per power of two up to 1 MiB (at most 25%
+// over the request), then multiples of 256 KiB.
 constexpr size_t kMaxPow2Class = size_t{4} << 10;
 constexpr size_t kMaxQuarterClass = size_t{1} << 20;
 constexpr size_t kLargeGranule = size_t{256} << 10;
-// A thread's cache holds at most this much; when a free would pass it, the cache is emptied first
-// (blocks of a finished phase, say another batch size, must not stay pinned).
+// Small blocks (up to 1 MiB) are cached per thread, without a lock; when a free would pass this,
+// that thread's small cache is emptied first (blocks of a finished phase must not stay pinned).
 constexpr size_t kMaxCachedPerThread = size_t{256} << 20;
+// Large blocks are cached process-wide (a block freed on a pool thread serves the next step's
+// request on another), up to the most bytes live tensors ever held, and at least this: so the
+// process reserves at most twice its own peak. Over it, the blocks freed longest ago go first.
+constexpr size_t kMinLargeCache = size_t{256} << 20;
 
 size_t size_class(size_t nbytes) {
   if (nbytes <= kCpuAlignment) return kCpuAlignment;
@@ -47,7 +56,7 @@ size_t size_class(size_t nbytes) {
   return (nbytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
 }
 
-std::atomic<int64_t> cached_bytes{0};  // in every thread's cache, for MemoryStats::reserved_bytes
+std::atomic<int64_t> small_cached_bytes{0};  // in every thread's small cache, for reserved_bytes
 
 class ThreadCache {
  public:
@@ -57,27 +66,35 @@ class ThreadCache {
   }
 
   void* take(size_t size) {
-    std::vector<void*>* free_blocks = find(size);
-    if (free_blocks == nullptr || free_blocks->empty()) return nullptr;
-    void* ptr = free_blocks->back();  // the most recently freed: its lines may still be in cache
-    free_blocks->pop_back();
+    std::vector<void*>& free_blocks = bucket(size);
+    if (free_blocks.empty()) return nullptr;
+    void* ptr = free_blocks.back();  // the most recently freed: its lines may still be in cache
+    free_blocks.pop_back();
     bytes_ -= size;
-    cached_bytes.fetch_sub(static_cast<int64_t>(size));
+    small_cached_bytes.fetch_sub(static_cast<int64_t>(size));
     return ptr;
   }
 
   // Keeps a freed block; false if it must go back to the system instead.
   bool keep(void* ptr, size_t size) noexcept {
-    if (size > kMaxCachedPerThread) return false;
     if (bytes_ + size > kMaxCachedPerThread) release_all();
     try {
-      (size <= kMaxPow2Class ? small_[std::countr_zero(size)] : large_[size]).push_back(ptr);
+      bucket(size).push_back(ptr);
     } catch (const std::bad_alloc&) {
       return false;  // called from a destructor: never throw
     }
     bytes_ += size;
-    cached_bytes.fetch_add(static_cast<int64_t>(size));
+    small_cached_bytes.fetch_add(static_cast<int64_t>(size));
     return true;
+  }
+
+  void release_all() noexcept {
+    for (auto& blocks : small_) {
+      for (void* ptr : blocks) std::free(ptr);
+      blocks.clear();
+    }
+    small_cached_bytes.fetch_sub(static_cast<int64_t>(bytes_));
+    bytes_ = 0;
   }
 
   // False once this thread's cache is destroyed (thread or program exit); trivially destructible,
@@ -85,27 +102,18 @@ class ThreadCache {
   static thread_local bool alive;
 
  private:
-  std::vector<void*>* find(size_t size) {
-    if (size <= kMaxPow2Class) return &small_[std::countr_zero(size)];
-    const auto it = large_.find(size);
-    return it == large_.end() ? nullptr : &it->second;
+  // Up to 4 KiB by log2 of the class; above, by the class's quarter step (at most 64 of them per
+  // power of two from 4 KiB to 1 MiB: 8 powers of two, 4 classes each).
+  std::vector<void*>& bucket(size_t size) {
+    if (size <= kMaxPow2Class) return small_[std::countr_zero(size)];
+    const int power = std::bit_width(size - 1) - 1;  // size is in (2^power, 2^(power+1)]
+    const size_t quarter = (size_t{1} << power) / 4;
+    const size_t step = (size - (size_t{1} << power)) / quarter - 1;  // 0..3
+    return quarter_[static_cast<size_t>(power - std::countr_zero(kMaxPow2Class)) * 4 + step];
   }
 
-  void release_all() noexcept {
-    for (auto& bucket : small_) {
-      for (void* ptr : bucket) std::free(ptr);
-      bucket.clear();
-    }
-    for (auto& [size, bucket] : large_) {
-      for (void* ptr : bucket) std::free(ptr);
-      bucket.clear();
-    }
-    cached_bytes.fetch_sub(static_cast<int64_t>(bytes_));
-    bytes_ = 0;
-  }
-
-  std::vector<void*> small_[std::countr_zero(kMaxPow2Class) + 1];  // by log2 of the class
-  std::unordered_map<size_t, std::vector<void*>> large_;
+  std::vector<void*> small_[std::countr_zero(kMaxPow2Class) + 1];
+  std::vector<void*> quarter_[(std::countr_zero(kMaxQuarterClass) - std::countr_zero(kMaxPow2Class)) * 4];
   size_t bytes_ = 0;
 };
 
@@ -117,19 +125,103 @@ ThreadCache* thread_cache() {
   return &cache;
 }
 
+// The process-wide cache of blocks over 1 MiB: free lists by class, and the order they were freed
+// in, so that the oldest go first when the cache is over its bound.
+class LargeBlockCache {
+ public:
+  void* take(size_t size) {
+    std::lock_guard lock(mutex_);
+    const auto it = by_size_.find(size);
+    if (it == by_size_.end() || it->second.empty()) return nullptr;
+    const auto block = it->second.back();
+    it->second.pop_back();
+    void* ptr = block->ptr;
+    by_age_.erase(block);
+    bytes_ -= size;
+    return ptr;
+  }
+
+  // Keeps a freed block within `bound` bytes; false if it must go back to the system instead.
+  bool keep(void* ptr, size_t size, size_t bound) noexcept {
+    std::vector<void*> evicted;
+    {
+      std::lock_guard lock(mutex_);
+      if (size > bound) return false;
+      try {
+        evicted.reserve(by_age_.size());
+        while (bytes_ + size > bound) evicted.push_back(evict_oldest_locked());
+        auto& list = by_size_[size];
+        by_age_.push_back({ptr, size});
+        try {
+          list.push_back(std::prev(by_age_.end()));
+        } catch (...) {
+          by_age_.pop_back();
+          throw;
+        }
+      } catch (const std::bad_alloc&) {
+        for (void* p : evicted) std::free(p);
+        return false;  // called from a destructor: never throw
+      }
+      bytes_ += size;
+    }
+    for (void* p : evicted) std::free(p);  // outside the lock
+    return true;
+  }
+
+  void release_all() {
+    std::vector<void*> blocks;
+    {
+      std::lock_guard lock(mutex_);
+      for (const Block& b : by_age_) blocks.push_back(b.ptr);
+      by_age_.clear();
+      by_size_.clear();
+      bytes_ = 0;
+    }
+    for (void* p : blocks) std::free(p);
+  }
+
+  int64_t bytes() const {
+    std::lock_guard lock(mutex_);
+    return static_cast<int64_t>(bytes_);
+  }
+
+ private:
+  struct Block {
+    void* ptr;
+    size_t size;
+  };
+  using Age = std::list<Block>::iterator;
+
+  void* evict_oldest_locked() noexcept {
+    const Block oldest = by_age_.front();
+    std::vector<Age>& list = by_size_[oldest.size];  // its entry is that list's first: freed first
+    list.erase(list.begin());
+    by_age_.pop_front();
+    bytes_ -= oldest.size;
+    return oldest.ptr;
+  }
+
+  mutable std::mutex mutex_;
+  std::list<Block> by_age_;                             // oldest free first
+  std::unordered_map<size_t, std::vector<Age>> by_size_;  // per class, in the order freed
+  size_t bytes_ = 0;
+};
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     const size_t size = size_class(nbytes);
-    ThreadCache* cache = thread_cache();
-    void* ptr = cache ? cache->take(size) : nullptr;
+    void* ptr = nullptr;
+    if (kCacheBlocks && size > kMaxQuarterClass) {
+      ptr = large_.take(size);
+    } else if (ThreadCache* cache = thread_cache()) {
+      ptr = cache->take(size);
+    }
     if (ptr == nullptr) ptr = std::aligned_alloc(kCpuAlignment, size);  // size is a multiple of the alignment
     AG_CHECK(ptr != nullptr, "out of CPU memory allocating ", nbytes, " bytes");
-    live_class_bytes_.fetch_add(static_cast<int64_t>(size));
-    const int64_t now = current_.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
+    const int64_t live = live_class_bytes_.fetch_add(static_cast<int64_t>(size)) + static_cast<int64_t>(size);
+    raise(most_live_class_bytes_, live);
+    raise(peak_, current_.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes));
     return ptr;
   }
 
@@ -137,23 +229,44 @@ class CpuAllocator final : public Allocator {
     const size_t size = size_class(nbytes);
     current_.fetch_sub(static_cast<int64_t>(nbytes));
     live_class_bytes_.fetch_sub(static_cast<int64_t>(size));
-    ThreadCache* cache = thread_cache();
-    if (cache == nullptr || !cache->keep(ptr, size)) std::free(ptr);
+    bool kept = false;
+    if (kCacheBlocks && size > kMaxQuarterClass) {
+      const auto most = static_cast<size_t>(most_live_class_bytes_.load());
+      kept = large_.keep(ptr, size, std::max(kMinLargeCache, most));
+    } else if (ThreadCache* cache = thread_cache()) {
+      kept = cache->keep(ptr, size);
+    }
+    if (!kept) std::free(ptr);
   }
 
   MemoryStats stats() const override {
-    const int64_t current = current_.load();
-    return {.current_bytes = current,
+    return {.current_bytes = current_.load(),
             .peak_bytes = peak_.load(),
-            .reserved_bytes = live_class_bytes_.load() + cached_bytes.load()};
+            .reserved_bytes = live_class_bytes_.load() + small_cached_bytes.load() + large_.bytes()};
   }
 
   void reset_peak() override { peak_.store(current_.load()); }
 
+  // Every large cached block, and this thread's small ones (other threads' are bounded, and go
+  // when those threads end). The large cache's bound starts over from what is live now.
+  void empty_cache() override {
+    large_.release_all();
+    if (ThreadCache* cache = thread_cache()) cache->release_all();
+    most_live_class_bytes_.store(live_class_bytes_.load());
+  }
+
  private:
+  static void raise(std::atomic<int64_t>& high, int64_t value) {
+    int64_t seen = high.load();
+    while (value > seen && !high.compare_exchange_weak(seen, value)) {
+    }
+  }
+
   std::atomic<int64_t> current_{0};           // bytes asked for by live tensors
   std::atomic<int64_t> live_class_bytes_{0};  // what their blocks really take (rounded to class)
+  std::atomic<int64_t> most_live_class_bytes_{0};  // the most live_class_bytes_ ever was: the cache's bound
   std::atomic<int64_t> peak_{0};
+  LargeBlockCache large_;
 };
 
 }  // namespace
@@ -177,5 +290,10 @@ Allocator& pinned_host_allocator() {
 }
 
 MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
+
+void empty_cache(Device device) {
+  allocator_for(device).empty_cache();
+  if (device == Device::kCUDA) pinned_host_allocator().empty_cache();
+}
 
 }  // namespace ampgrad

@@ -27,6 +27,8 @@ class Allocator {
   virtual MemoryStats stats() const = 0;
   /// Starts the peak over from the bytes held now.
   virtual void reset_peak() = 0;
+  /// Gives cached free blocks back to the system; live blocks are untouched.
+  virtual void empty_cache() = 0;
 };
 
 /// The allocator of `device`; throws a clear Error for CUDA in a build without CUDA.
@@ -38,6 +40,13 @@ Allocator& pinned_host_allocator();
 
 /// Live, peak and reserved bytes of a device's allocator.
 MemoryStats memory_stats(Device device);
+
+/// Gives the free blocks a device's allocator caches back to the system, as PyTorch's
+/// torch.cuda.empty_cache(): reserved_bytes drops to what live tensors hold (on the CPU, blocks up
+/// to 1 MiB cached by other threads stay until those threads end). Freed blocks are cached so a
+/// training step reuses the last step's memory instead of asking the system (and, on the CPU,
+/// having every page zeroed) again; the cache is bounded, so calling this is never required.
+void empty_cache(Device device);
 
 /// CPU allocations are aligned to a cache line (and to any AVX-512 vector).
 inline constexpr size_t kCpuAlignment = 64;

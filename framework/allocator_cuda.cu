@@ -127,9 +127,4 @@ Allocator& pinned_allocator() {
   return *allocator;
 }
 
-void empty_cache() {
-  static_cast<CachingAllocator&>(caching_allocator()).empty_cache();
-  static_cast<CachingAllocator&>(pinned_allocator()).empty_cache();
-}
-
 }  // namespace ampgrad::cuda

@@ -62,7 +62,7 @@ class CachingAllocator final : public Allocator {
   void reset_peak() override;
   /// Gives every cached free block back. Each block leaves the cache before it is released, so a
   /// release that throws leaves the rest cached and no block is ever released twice.
-  void empty_cache();
+  void empty_cache() override;
 
  private:
   void* allocate_locked(size_t cls);

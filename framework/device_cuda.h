@@ -28,8 +28,6 @@ Allocator& caching_allocator();
 /// Page-locked host memory (cudaHostAlloc), cached the same way. A freed block is handed out again
 /// only once the copies queued before its free have finished (an event recorded at the free).
 Allocator& pinned_allocator();
-/// Returns every cached free block (device and pinned) to the driver.
-void empty_cache();
 
 /// A device copy of nbytes of host data (a kernel's argument table), queued without a host wait:
 /// the bytes go through a pinned block, then cudaMemcpyAsync. Return it with

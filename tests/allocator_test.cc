@@ -101,6 +101,79 @@ TEST(CpuAllocator, TensorsFreedOnAnotherThreadJoinThatThreadsCache) {
   EXPECT_EQ(u.to_vector()[4999], 1.0f);
 }
 
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// Bytes the CPU allocator holds that no live tensor uses.
+int64_t cached_cpu_bytes() {
+  const ag::MemoryStats s = ag::memory_stats(ag::Device::kCPU);
+  return s.reserved_bytes - s.current_bytes;
+}
+
+TEST(CpuAllocator, ALargeBlockFreedOnOneThreadServesTheNextRequestOnAnother) {
+  // Blocks over 1 MiB are cached process-wide: a pool thread's freed output is the next step's
+  // buffer wherever that step asks for it.
+  if (!kCaching) GTEST_SKIP() << "no block cache under AddressSanitizer";
+  const void* freed = nullptr;
+  std::thread([&] { freed = Tensor::empty({3 * kMiB / 4}).data<float>(); }).join();  // 3 MiB, freed on exit
+  const int64_t reserved = ag::memory_stats(ag::Device::kCPU).reserved_bytes;
+  const Tensor again = Tensor::empty({3 * kMiB / 4});
+  EXPECT_EQ(again.data<float>(), freed);
+  EXPECT_EQ(ag::memory_stats(ag::Device::kCPU).reserved_bytes, reserved) << "taken from the cache, not the system";
+}
+
+TEST(CpuAllocator, TheLargeBlockCacheIsBoundedAndLetsTheOldestGoFirst) {
+  // After empty_cache the bound is 256 MiB (the live peak is far below it). 160 distinct sizes of
+  // 2 to 42 MiB, each freed at once, would cache 3.5 GB without a bound.
+  if (!kCaching) GTEST_SKIP() << "no block cache under AddressSanitizer";
+  ag::empty_cache(ag::Device::kCPU);
+  const int64_t before = cached_cpu_bytes();
+  const auto floats = [](int i) { return (2 * kMiB + i * kMiB / 4) / 4; };  // one 256 KiB class apart
+  for (int i = 0; i < 160; ++i) Tensor::empty({floats(i)});
+  const int64_t cached = cached_cpu_bytes() - before;
+  EXPECT_LE(cached, 256 * kMiB);
+  EXPECT_GT(cached, 200 * kMiB) << "the cache is used up to its bound";
+  // The newest freed block is still cached; the oldest went back to the system.
+  const int64_t reserved = ag::memory_stats(ag::Device::kCPU).reserved_bytes;
+  {
+    const Tensor newest = Tensor::empty({floats(159)});
+    EXPECT_EQ(ag::memory_stats(ag::Device::kCPU).reserved_bytes, reserved);
+  }
+  {
+    const Tensor oldest = Tensor::empty({floats(0)});
+    EXPECT_EQ(ag::memory_stats(ag::Device::kCPU).reserved_bytes, reserved + floats(0) * 4);
+  }
+}
+
+TEST(CpuAllocator, TheBoundGrowsWithTheLivePeakSoATrainingStepIsCachedWhole) {
+  // A "step" that holds 300 MiB at once in 30 blocks, then frees them: all 300 MiB stay cached
+  // (the bound is the most ever live), and the next step takes every block from the cache.
+  if (!kCaching) GTEST_SKIP() << "no block cache under AddressSanitizer";
+  ag::empty_cache(ag::Device::kCPU);
+  const auto step = [] {
+    std::vector<Tensor> live;
+    for (int i = 0; i < 30; ++i) live.push_back(Tensor::empty({(10 * kMiB + i * kMiB / 4) / 4}));
+  };
+  step();
+  const int64_t reserved = ag::memory_stats(ag::Device::kCPU).reserved_bytes;
+  EXPECT_GE(cached_cpu_bytes(), 300 * kMiB);
+  for (int i = 0; i < 3; ++i) step();
+  EXPECT_EQ(ag::memory_stats(ag::Device::kCPU).reserved_bytes, reserved) << "steps reuse, never grow";
+}
+
+TEST(CpuAllocator, EmptyCacheGivesTheCachedBlocksBack) {
+  if (!kCaching) GTEST_SKIP() << "no block cache under AddressSanitizer";
+  const Tensor kept = ag::ones({1000});
+  ag::empty_cache(ag::Device::kCPU);
+  const int64_t cached = cached_cpu_bytes();  // what other threads (the pool's) cache of small blocks
+  { const Tensor large = Tensor::empty({8 * kMiB / 4}), small = Tensor::empty({1000}); }
+  EXPECT_GE(cached_cpu_bytes(), cached + 8 * kMiB + 4000);
+  const int64_t live = ag::memory_stats(ag::Device::kCPU).current_bytes;
+  ag::empty_cache(ag::Device::kCPU);
+  EXPECT_EQ(cached_cpu_bytes(), cached) << "this thread's blocks and every large one went back";
+  EXPECT_EQ(ag::memory_stats(ag::Device::kCPU).current_bytes, live) << "live tensors are untouched";
+  EXPECT_EQ(kept.to_vector()[999], 1.0f);
+}
+
 // The message of the ag::Error fn throws ("" when it throws none).
 std::string error_of(const std::function<void()>& fn) {
   try {
