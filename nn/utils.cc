@@ -1,6 +1,6 @@
-// clip_grad_norm_: on CUDA with p = 2 the norm and the scaling stay on the device (two launches, no
-// per-tensor reads); otherwise norms are accumulated in double on the host, one scale kernel per
-// gradient.
+// clip_grad_norm_: with p = 2 and every gradient on one device, the norm and the scaling are two
+// multi-tensor passes on that device (on CUDA two launches, no per-tensor reads); otherwise norms
+// are accumulated in double on the host, one scale kernel per gradient.
 #include "nn/utils.h"
 
 #include <algorithm>
@@ -31,19 +31,28 @@ void check_nonfinite(double norm, double p, const ClipGradNormOptions& options) 
            "loss or the inputs, or set error_if_nonfinite = false to get the norm back and leave the gradients");
 }
 
-// Every gradient read back to the host, |g|^p summed in double; in double, |g|^p of any float32
-// value stays finite for p up to 8 (PyTorch sums in float).
+// |g|^p of every element summed in double, in place on the CPU (a copy only for another device's
+// gradient); in double, |g|^p of any float32 value stays finite for p up to 8 (PyTorch sums in float).
 double host_clip(std::vector<Tensor>& grads, double max_norm, double p, const ClipGradNormOptions& options) {
   double total = 0.0;
-  for (const Tensor& g : grads) {
-    for (double v : g.to_double_vector()) {
-      const double a = std::abs(v);
-      if (std::isinf(p)) {
-        total = std::isnan(a) || std::isnan(total) ? std::numeric_limits<double>::quiet_NaN() : std::max(total, a);
-      } else {
-        total += p == 2.0 ? a * a : p == 1.0 ? a : std::pow(a, p);
-      }
+  const auto add = [&](double v) {
+    const double a = std::abs(v);
+    if (std::isinf(p)) {
+      total = std::isnan(a) || std::isnan(total) ? std::numeric_limits<double>::quiet_NaN() : std::max(total, a);
+    } else {
+      total += p == 2.0 ? a * a : p == 1.0 ? a : std::pow(a, p);
     }
+  };
+  for (const Tensor& g : grads) {
+    if (g.device() != Device::kCPU) {
+      for (double v : g.to_double_vector()) add(v);
+      continue;
+    }
+    visit_floating_dtype(g.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = g.data<T>();
+      for (int64_t i = 0; i < g.numel(); ++i) add(static_cast<double>(load(x[i])));
+    });
   }
   const double norm = std::isinf(p) ? total : p == 2.0 ? std::sqrt(total) : p == 1.0 ? total : std::pow(total, 1.0 / p);
   check_nonfinite(norm, p, options);
@@ -73,15 +82,15 @@ ClipResult clip(const std::vector<Tensor>& params, double max_norm, const ClipGr
     return g.device() == grads.front().device();
   });
   const Device device = one_device ? grads.front().device() : Device::kCPU;
-  // PyTorch's foreach design: one launch squares every gradient into one device scalar, a second
-  // scales them by a coefficient it computes itself, and the host reads nothing back. The CPU keeps
-  // the host loop (its results are the same as ever; there is no wait to save there).
-  if (device == Device::kCUDA && p == 2.0) {
+  // PyTorch's foreach design, on every backend: one pass squares every gradient into one float64
+  // scalar, a second scales them by a coefficient it computes itself. On CUDA the host reads
+  // nothing back; on the CPU the gradients are read in place, on the pool, without a copy.
+  if (one_device && p == 2.0) {
     Tensor sum_sq = Tensor::empty({}, DType::kFloat64, device);
     kernels::sum_of_squares(grads, sum_sq);
     std::optional<double> host_norm;
-    if (options.error_if_nonfinite) {
-      host_norm = std::sqrt(sum_sq.item<double>());  // the one wait: throw before anything is scaled
+    if (options.error_if_nonfinite || device == Device::kCPU) {
+      host_norm = std::sqrt(sum_sq.item<double>());  // on CUDA the one wait: throw before anything is scaled
       check_nonfinite(*host_norm, p, options);
     }
     Tensor norm = Tensor::empty({}, DType::kFloat64, device);

@@ -207,30 +207,43 @@ TEST(ClipGradNorm, NonFiniteNorms) {
 
 // The CPU path as it was before the CUDA one existed: every gradient read back, |g|^2 summed in
 // double in order, one affine per gradient when coeff < 1. clip_grad_norm_ must keep these bits.
-TEST(ClipGradNorm, CpuResultsAreTheSerialDoubleLoops) {
-  std::vector<Tensor> params, expected;
+TEST(ClipGradNorm, CpuNormIsAccurateAndScalesEveryGradientByItsCoefficient) {
+  // Three dtypes, one of them large enough for several chunks of the multi-tensor pass.
+  std::vector<Tensor> params, originals;
   const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kFloat64};
+  const int64_t sizes[] = {1000, 1037, 200001};
+  long double total = 0.0L;
   for (int k = 0; k < 3; ++k) {
-    const int64_t n = 1000 + 37 * k;
+    const int64_t n = sizes[k];
     Tensor p = ag::zeros({n}, dtypes[k]);
     p.set_requires_grad(true);
     p.set_grad(Tensor::from_vector(ag::test::random_values(static_cast<size_t>(n), -2.0, 2.0, 40 + k), {n},
                                    dtypes[k]));
+    for (double v : p.grad().to_double_vector()) total += static_cast<long double>(v) * v;
+    originals.push_back(Tensor::from_vector(p.grad().to_double_vector(), {n}, dtypes[k]));  // exact
     params.push_back(p);
   }
-  double total = 0.0;
-  for (const Tensor& p : params) {
-    for (double v : p.grad().to_double_vector()) total += v * v;
-  }
-  const double norm = std::sqrt(total), coeff = 3.0 / (norm + 1e-6);
-  for (const Tensor& p : params) {
-    expected.push_back(Tensor::empty(p.shape(), p.dtype()));
-    ag::kernels::affine(p.grad(), coeff, 0.0, expected.back());
-  }
-  EXPECT_EQ(ag::nn::utils::clip_grad_norm_(params, 3.0), norm);
+  const double reference = static_cast<double>(std::sqrt(total));
+  const double norm = ag::nn::utils::clip_grad_norm_(params, 3.0);
+  EXPECT_NEAR(norm, reference, reference * 1e-14);
+  const double coeff = 3.0 / (norm + 1e-6);  // PyTorch's, from the norm returned
   for (size_t k = 0; k < params.size(); ++k) {
-    EXPECT_EQ(params[k].grad().to_double_vector(), expected[k].to_double_vector()) << k;
+    Tensor expected = Tensor::empty(originals[k].shape(), originals[k].dtype());
+    ag::kernels::affine(originals[k], coeff, 0.0, expected);
+    EXPECT_EQ(params[k].grad().to_double_vector(), expected.to_double_vector()) << k;
   }
+}
+
+TEST(ClipGradNorm, CpuNormReadsTheGradientsInPlace) {
+  // 1M float32 gradient elements: a copy of them in double would be 8 MB.
+  const Tensor p = with_grad(std::vector<float>(1 << 20, 0.5f), std::vector<float>(1 << 20, 0.25f));
+  ag::allocator_for(ag::Device::kCPU).reset_peak();
+  const int64_t live = ag::memory_stats(ag::Device::kCPU).current_bytes;
+  EXPECT_DOUBLE_EQ(ag::nn::utils::clip_grad_norm_({p}, 1e9), 0.25 * 1024);
+  EXPECT_LT(ag::memory_stats(ag::Device::kCPU).peak_bytes - live, 4096);
+  const Tensor q = with_grad({1, 2}, {3, -4});  // and p = 1 takes its own in-place loop
+  EXPECT_DOUBLE_EQ(ag::nn::utils::clip_grad_norm_({p, q}, 1e9, {.norm_type = 1.0}), 0.25 * (1 << 20) + 7);
+  EXPECT_LT(ag::memory_stats(ag::Device::kCPU).peak_bytes - live, 4096);
 }
 
 // The norm as a tensor: a float64 scalar on the gradients' CPU, equal to the double; the device
