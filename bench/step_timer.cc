@@ -1,7 +1,7 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
 //   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time]
 // WORKLOAD: seed_{fp32,amp,bf16} mlp_{sgd,adam}_{fp32,amp,bf16} fashion_{fp32,amp,bf16} gpt_{fp32,amp,bf16}
-//   gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a GradScaler, bf16 is
+//   gpt2s_{fp32,amp,bf16} (GPT-2 small's shape, T = 256, batch 2) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a GradScaler, bf16 is
 //   BF16 autocast without one; the single ops of op_workloads.h (add_bias_*, add_residual_*,
 //   bmm_*, copy_bandwidth: prints "WORKLOAD <median us> <GB/s or GFLOP/s>"),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
@@ -79,6 +79,7 @@ std::unique_ptr<ag::bench::Steppable> make_workload(const std::string& name) {
     return std::make_unique<ag::bench::Workload>(ag::bench::fashion_workload(precision));
   }
   if (name.rfind("gpt_", 0) == 0) return std::make_unique<ag::bench::GptWorkload>(precision);
+  if (name.rfind("gpt2s_", 0) == 0) return std::make_unique<ag::bench::GptWorkload>(precision, ag::bench::kGpt2Small);
   if (name.rfind("mlp_", 0) == 0) {
     const Optim optim = name.rfind("mlp_adam", 0) == 0 ? Optim::kAdam : Optim::kSgd;
     return std::make_unique<ag::bench::Workload>(ag::bench::mlp_workload(precision, optim));

@@ -95,14 +95,19 @@ inline Workload fashion_workload(Precision precision) {
 /// A GPT step's sizes. The default is examples/char_gpt's.
 struct GptShape {
   int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64, batch = 16;
+  int64_t vocab_size = 114;  ///< the fortunes text's characters
 };
 /// A size that fills a GPU better: nanoGPT's Shakespeare-char configuration (10.8M parameters,
 /// 16384 tokens a step).
 inline constexpr GptShape kGptLarge{.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .batch = 64};
+/// GPT-2 small's shape (124M parameters with the vocabulary padded to 50304, as nanoGPT's), at
+/// T = 256 and batch 2: a CPU step where the memory traffic of large tensors shows.
+inline constexpr GptShape kGpt2Small{
+    .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 256, .batch = 2, .vocab_size = 50304};
 
 /// examples/char_gpt's own training step (char_gpt::train_step: its model, AdamW groups,
 /// clip_grad_norm_ after unscale_, GradScaler) on `device`, on one fixed batch of random characters
-/// from a 114-character vocabulary (the size of the fortunes text's).
+/// from the shape's vocabulary (by default 114 characters, the size of the fortunes text's).
 struct GptWorkload : Steppable {
   char_gpt::TrainOptions options;
   gpt::GPT model;
@@ -137,7 +142,7 @@ struct GptWorkload : Steppable {
 
   static char_gpt::TrainOptions make_options(Precision precision, const GptShape& shape, Device device) {
     char_gpt::TrainOptions o;
-    o.model = {.vocab_size = 114, .block_size = shape.block_size, .n_layer = shape.n_layer, .n_head = shape.n_head,
+    o.model = {.vocab_size = shape.vocab_size, .block_size = shape.block_size, .n_layer = shape.n_layer, .n_head = shape.n_head,
                .n_embd = shape.n_embd};
     o.batch_size = shape.batch;
     o.device = device;
