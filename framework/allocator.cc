@@ -102,8 +102,8 @@ class ThreadCache {
   static thread_local bool alive;
 
  private:
-  // Up to 4 KiB by log2 of the class; above, by the class's quarter step (at most 64 of them per
-  // power of two from 4 KiB to 1 MiB: 8 powers of two, 4 classes each).
+  // Up to 4 KiB by log2 of the class; above, by the class's quarter step (4 classes per power of
+  // two from 4 KiB to 1 MiB: 8 powers of two, 32 classes in all).
   std::vector<void*>& bucket(size_t size) {
     if (size <= kMaxPow2Class) return small_[std::countr_zero(size)];
     const int power = std::bit_width(size - 1) - 1;  // size is in (2^power, 2^(power+1)]
@@ -148,7 +148,7 @@ class LargeBlockCache {
       std::lock_guard lock(mutex_);
       if (size > bound) return false;
       try {
-        evicted.reserve(by_age_.size());
+        if (bytes_ + size > bound) evicted.reserve(by_age_.size());
         while (bytes_ + size > bound) evicted.push_back(evict_oldest_locked());
         auto& list = by_size_[size];
         by_age_.push_back({ptr, size});
@@ -194,8 +194,9 @@ class LargeBlockCache {
 
   void* evict_oldest_locked() noexcept {
     const Block oldest = by_age_.front();
-    std::vector<Age>& list = by_size_[oldest.size];  // its entry is that list's first: freed first
-    list.erase(list.begin());
+    const auto it = by_size_.find(oldest.size);  // its entry is that list's first: freed first
+    it->second.erase(it->second.begin());        // (a class rarely holds more than a few blocks)
+    if (it->second.empty()) by_size_.erase(it);
     by_age_.pop_front();
     bytes_ -= oldest.size;
     return oldest.ptr;
@@ -218,6 +219,10 @@ class CpuAllocator final : public Allocator {
       ptr = cache->take(size);
     }
     if (ptr == nullptr) ptr = std::aligned_alloc(kCpuAlignment, size);  // size is a multiple of the alignment
+    if (ptr == nullptr) {  // the system is out: give back what is cached and try once more
+      empty_cache();
+      ptr = std::aligned_alloc(kCpuAlignment, size);
+    }
     AG_CHECK(ptr != nullptr, "out of CPU memory allocating ", nbytes, " bytes");
     const int64_t live = live_class_bytes_.fetch_add(static_cast<int64_t>(size)) + static_cast<int64_t>(size);
     raise(most_live_class_bytes_, live);

@@ -20,9 +20,10 @@ struct ClipGradNormOptions {
 /// master, that FP32 gradient is measured and clipped (Tensor::step_grad). A non-finite norm
 /// throws with error_if_nonfinite; otherwise it is returned and, unlike PyTorch (which multiplies
 /// every gradient by 0 or NaN), nothing is scaled.
-/// On CUDA with p = 2 the norm is computed on the device (kernels::sum_of_squares, one launch for
-/// every gradient) and the gradients are scaled there (kernels::clip_by_norm_): the host waits
-/// once, to read the norm back. Other p read every gradient back to the host.
+/// With p = 2 and every gradient on one device the norm is one multi-tensor pass
+/// (kernels::sum_of_squares, in double; one launch on CUDA) and the gradients are scaled by another
+/// (kernels::clip_by_norm_): on CUDA the host waits once, to read the norm back. Other p read CPU
+/// gradients in place and copy CUDA ones to the host; nothing copies a CPU gradient.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, ClipGradNormOptions options = {});
 
 /// clip_grad_norm_ that hands the norm back as a float64 scalar tensor (PyTorch's return value)

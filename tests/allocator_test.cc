@@ -114,7 +114,7 @@ TEST(CpuAllocator, ALargeBlockFreedOnOneThreadServesTheNextRequestOnAnother) {
   // buffer wherever that step asks for it.
   if (!kCaching) GTEST_SKIP() << "no block cache under AddressSanitizer";
   const void* freed = nullptr;
-  std::thread([&] { freed = Tensor::empty({3 * kMiB / 4}).data<float>(); }).join();  // 3 MiB, freed on exit
+  std::thread([&] { freed = Tensor::empty({3 * kMiB / 4}).data<float>(); }).join();  // 3 MiB, freed at once
   const int64_t reserved = ag::memory_stats(ag::Device::kCPU).reserved_bytes;
   const Tensor again = Tensor::empty({3 * kMiB / 4});
   EXPECT_EQ(again.data<float>(), freed);
@@ -145,7 +145,7 @@ TEST(CpuAllocator, TheLargeBlockCacheIsBoundedAndLetsTheOldestGoFirst) {
 }
 
 TEST(CpuAllocator, TheBoundGrowsWithTheLivePeakSoATrainingStepIsCachedWhole) {
-  // A "step" that holds 300 MiB at once in 30 blocks, then frees them: all 300 MiB stay cached
+  // A "step" that holds about 400 MiB at once in 30 blocks, then frees them: all of it stays cached
   // (the bound is the most ever live), and the next step takes every block from the cache.
   if (!kCaching) GTEST_SKIP() << "no block cache under AddressSanitizer";
   ag::empty_cache(ag::Device::kCPU);

@@ -205,8 +205,8 @@ TEST(ClipGradNorm, NonFiniteNorms) {
   }
 }
 
-// The CPU path as it was before the CUDA one existed: every gradient read back, |g|^2 summed in
-// double in order, one affine per gradient when coeff < 1. clip_grad_norm_ must keep these bits.
+// The CPU norm against a long-double sum of every |g|^2, and each gradient scaled by the one
+// coefficient max_norm / (norm + 1e-6).
 TEST(ClipGradNorm, CpuNormIsAccurateAndScalesEveryGradientByItsCoefficient) {
   // Three dtypes, one of them large enough for several chunks of the multi-tensor pass.
   std::vector<Tensor> params, originals;
