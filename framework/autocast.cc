@@ -75,6 +75,10 @@ void exit_region() {
 }
 size_t cache_size() { return tls.cache.size(); }
 
+DType float32_result_dtype(const Tensor& input) {
+  return is_low_precision(input.dtype()) && state(input.device()).enabled ? DType::kFloat32 : input.dtype();
+}
+
 void cast_inputs(const OpInfo& info, std::span<Tensor> inputs) {
   const Tensor* first = nullptr;
   for (const Tensor& t : inputs) {
@@ -83,7 +87,9 @@ void cast_inputs(const OpInfo& info, std::span<Tensor> inputs) {
       break;
     }
   }
-  if (first == nullptr || info.cast_policy == CastPolicy::kNone) return;
+  if (first == nullptr || info.cast_policy == CastPolicy::kNone || info.cast_policy == CastPolicy::kFloat32InKernel) {
+    return;
+  }
 
   if (info.cast_policy == CastPolicy::kPromote) {
     DType widest = first->dtype();

@@ -15,6 +15,9 @@ enum class CastPolicy : uint8_t {
   kLowerPrecision,  // under autocast: cast to the autocast dtype (linear, matmul)
   kFloat32,         // under autocast: cast lower-precision inputs to float32 (losses, reductions)
   kPromote,         // always: cast every input to the widest input dtype (add, sub, mul)
+  kFloat32InKernel, // under autocast: as kFloat32, but the kernel reads FP16/BF16 inputs as they
+                    // are and widens them itself, so no float32 copy is made (cross_entropy's
+                    // [N, V] logits); the op returns float32_result_dtype's dtype
 };
 
 /// The static description every op carries: its name (for errors and the tape), its autocast
@@ -47,6 +50,10 @@ size_t cache_size();  // number of cached casts (for tests)
 /// Applies `info.cast_policy` to an op's inputs in place (undefined inputs are left alone).
 /// Casts are ordinary differentiable ops, so gradients flow back in the source dtype.
 void cast_inputs(const OpInfo& info, std::span<Tensor> inputs);
+
+/// What a kFloat32InKernel op returns for `input`: float32 for an FP16/BF16 input under autocast
+/// on its device (what a kFloat32 op would), else the input's dtype.
+DType float32_result_dtype(const Tensor& input);
 
 }  // namespace autocast
 }  // namespace ampgrad

@@ -72,6 +72,13 @@ TEST(CudaTest, CrossEntropyAtLargeLogitOffsetsKeepsFloat32Precision) {
   EXPECT_TRUE(agt::check_cross_entropy_at_large_offsets(ag::Device::kCUDA, ag::DType::kFloat64));
 }
 
+TEST(CudaTest, CrossEntropyReadsSixteenBitLogitsInPlaceUnderAutocast) {
+  SKIP_WITHOUT_CUDA();
+  for (ag::DType low : ag::kLowPrecisionDTypes) {
+    EXPECT_TRUE(agt::check_cross_entropy_reads_16bit_logits_in_place(ag::Device::kCUDA, low)) << ag::dtype_name(low);
+  }
+}
+
 // The zero-size rows (tests/zero_size_cases.cc) on CUDA.
 class CudaZeroSizeTest : public ::testing::TestWithParam<std::tuple<agt::ZeroSizeCase, ag::DType>> {};
 

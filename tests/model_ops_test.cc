@@ -64,6 +64,14 @@ TEST(CrossEntropy, LargeLogitOffsetsKeepFloat32Precision) {
   EXPECT_TRUE(ag::test::check_cross_entropy_at_large_offsets(ag::Device::kCPU, DType::kFloat64));
 }
 
+// A GPT classifier's loss under autocast: no float32 copy of the 16-bit logits, and the float32
+// path's loss and gradient (cuda_test.cc checks the CUDA kernel the same way).
+TEST(CrossEntropy, ReadsSixteenBitLogitsInPlaceUnderAutocast) {
+  for (DType low : ag::kLowPrecisionDTypes) {
+    EXPECT_TRUE(ag::test::check_cross_entropy_reads_16bit_logits_in_place(ag::Device::kCPU, low)) << ag::dtype_name(low);
+  }
+}
+
 TEST(CrossEntropy, IgnoredSamplesAndMeans) {
   Tensor logits = ag::randn({4, 3});
   logits.set_requires_grad(true);

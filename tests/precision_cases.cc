@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "amp/autocast.h"
+#include "framework/allocator.h"
 #include "ops/ops.h"
 
 namespace ampgrad::test {
@@ -41,6 +43,50 @@ namespace ampgrad::test {
                                                << " is " << grad[i] << ", float64 " << want;
         }
       }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult check_cross_entropy_reads_16bit_logits_in_place(Device device, DType low) {
+  constexpr int64_t kRows = 64, kVocab = 50304;
+  Tensor logits = ops::scale(randn({kRows, kVocab}), 4.0).to(low).to(device);
+  logits.set_requires_grad(true);
+  std::vector<int64_t> ids(kRows);
+  for (int64_t i = 0; i < kRows; ++i) ids[static_cast<size_t>(i)] = (i * 7919) % kVocab;
+  ids[5] = -100;  // one ignored sample
+  const Tensor target = Tensor::from_vector(ids, {kRows}).to(device);
+
+  const int64_t gradient_bytes = kRows * kVocab * static_cast<int64_t>(dtype_info(low).size);
+  allocator_for(device).reset_peak();
+  const int64_t live = memory_stats(device).current_bytes;
+  Tensor loss;
+  {
+    amp::AutocastGuard autocast(device, low);
+    loss = ops::cross_entropy(logits, target);
+  }
+  loss.backward();
+  const int64_t held = memory_stats(device).peak_bytes - live;
+  if (loss.dtype() != DType::kFloat32) return ::testing::AssertionFailure() << "the loss is " << dtype_name(loss.dtype());
+  if (held > gradient_bytes + gradient_bytes / 8) {
+    return ::testing::AssertionFailure() << "the allocator held " << held << " bytes over the forward and backward; the "
+                                         << "gradient takes " << gradient_bytes << ", a float32 copy of the logits "
+                                         << 2 * gradient_bytes << " more";
+  }
+
+  Tensor wide = logits.detach().to(DType::kFloat32);  // exact
+  wide.set_requires_grad(true);
+  const Tensor wide_loss = ops::cross_entropy(wide, target);
+  wide_loss.backward();
+  if (loss.item() != wide_loss.item()) {
+    return ::testing::AssertionFailure() << "loss " << loss.item() << ", float32 path " << wide_loss.item();
+  }
+  const std::vector<double> got = logits.grad().to_double_vector();
+  const std::vector<double> want = wide.grad().to(low).to_double_vector();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      return ::testing::AssertionFailure() << "gradient " << i << " is " << got[i] << ", the float32 path's rounded "
+                                           << want[i];
     }
   }
   return ::testing::AssertionSuccess();

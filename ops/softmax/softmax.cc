@@ -1,4 +1,5 @@
-// softmax, log_softmax, cross_entropy and nll_loss. Autocast runs them all in float32.
+// softmax, log_softmax, cross_entropy and nll_loss. Autocast runs them all in float32 (the losses
+// read 16-bit scores as they are and compute in float32).
 //   softmax:     dx = y (dy - sum(dy y))          log_softmax: dx = dy - softmax(x) sum(dy)
 //   cross_entropy (fused): dlogits = (softmax(logits) - q) * dloss_i, q the (smoothed) one-hot
 //   target; mean divides by the number of samples that are not ignore_index.
@@ -54,12 +55,16 @@ Tensor in_dtype(const Tensor& t, DType dtype) {
   return out;
 }
 
-// Per-sample losses [N] of a cross-entropy problem, reduced as asked.
+// Per-sample losses [N] of a cross-entropy problem, reduced as asked. FP16/BF16 scores are read as
+// they are (under autocast too: no float32 copy of [N, V] logits) and the loss is computed, and
+// reduced, in float32; the forward keeps each row's log-normaliser, so the backward writes the
+// scores' gradient, in their own dtype, in one pass over them.
 struct CrossEntropy {
-  static constexpr OpInfo kInfo{"cross_entropy", CastPolicy::kFloat32, /*integer_inputs=*/0b10};  // target
+  static constexpr OpInfo kInfo{"cross_entropy", CastPolicy::kFloat32InKernel, /*integer_inputs=*/0b10};  // target
   kernels::CrossEntropyArgs args;
   Reduction reduction;
   const char* name;  // "cross_entropy" or "nll_loss", for errors
+  Tensor row_lse;    // [N, 2] float64 from the forward: each row's (shift, log_sum)
   Tensor count;      // the number of samples that count, for the mean's backward
 
   void check(const Tensor& input, const Tensor& target) const {
@@ -77,40 +82,42 @@ struct CrossEntropy {
     saved.save(input);
     saved.save(target);
     const int64_t n = input.size(0);
-    Tensor losses = Tensor::empty({n}, input.dtype(), input.device());
-    Tensor valid = Tensor::empty({n}, input.dtype(), input.device());
-    kernels::cross_entropy(input, target, args, losses, valid);
-    if (reduction == Reduction::kNone) return losses;
-    // Reduce in float32 when the input is 16-bit: a float16 sum of 40000 losses of ~2 overflows, and
-    // 70000 samples cannot be counted in float16 at all. The result is rounded once at the end.
+    // Losses in float32 for 16-bit scores: a float16 sum of 40000 losses of ~2 overflows, and 70000
+    // samples cannot be counted in float16 at all. The result is rounded once at the end.
     const DType acc = accumulation_dtype(input.dtype());
+    const DType result = autocast::float32_result_dtype(input);
+    Tensor losses = Tensor::empty({n}, acc, input.device());
+    Tensor valid = Tensor::empty({n}, acc, input.device());
+    row_lse = Tensor::empty({n, 2}, DType::kFloat64, input.device());
+    kernels::cross_entropy(input, target, args, losses, valid, row_lse);
+    if (reduction == Reduction::kNone) return in_dtype(losses, result);
     Tensor total = Tensor::empty({}, acc, input.device());
-    kernels::sum_to(in_dtype(losses, acc), 1.0, total);
-    if (reduction == Reduction::kSum) return in_dtype(total, input.dtype());
+    kernels::sum_to(losses, 1.0, total);
+    if (reduction == Reduction::kSum) return in_dtype(total, result);
     count = Tensor::empty({}, acc, input.device());
-    kernels::sum_to(in_dtype(valid, acc), 1.0, count);
+    kernels::sum_to(valid, 1.0, count);
     // The mean of no samples is NaN, as PyTorch's (a quiet NaN, not the sign-set one 0 / 0 gives on x86).
-    if (n == 0) return full({}, std::numeric_limits<double>::quiet_NaN(), input.dtype(), input.device());
+    if (n == 0) return full({}, std::numeric_limits<double>::quiet_NaN(), result, input.device());
     Tensor mean = Tensor::empty({}, acc, input.device());
     kernels::binary(kernels::BinaryOp::kDiv, total, count, mean);  // all ignored: 0 / 0 = NaN, as PyTorch
-    return in_dtype(mean, input.dtype());
+    return in_dtype(mean, result);
   }
 
   std::vector<Tensor> backward(const SavedTensors& saved, const Tensor& dy) const {
     const Tensor& input = saved[0];
-    Tensor dlosses = dy;
+    const DType acc = accumulation_dtype(input.dtype());
+    Tensor dlosses = in_dtype(dy, acc);
     if (reduction != Reduction::kNone) {
-      Tensor g = dy;
+      Tensor g = dlosses;
       if (reduction == Reduction::kMean) {
-        g = Tensor::empty({}, count.dtype(), dy.device());
-        kernels::binary(kernels::BinaryOp::kDiv, in_dtype(dy, count.dtype()), count, g);
-        g = in_dtype(g, dy.dtype());
+        g = Tensor::empty({}, acc, dy.device());
+        kernels::binary(kernels::BinaryOp::kDiv, dlosses, count, g);
       }
-      dlosses = Tensor::empty({input.size(0)}, dy.dtype(), dy.device());
+      dlosses = Tensor::empty({input.size(0)}, acc, dy.device());
       kernels::affine(g, 1.0, 0.0, dlosses);  // the same gradient for every sample
     }
     Tensor dinput = Tensor::empty(input.shape(), input.dtype(), input.device());
-    kernels::cross_entropy_backward(input, saved[1], args, dlosses, dinput);
+    kernels::cross_entropy_backward(input, saved[1], args, row_lse, dlosses, dinput);
     return {dinput, Tensor()};
   }
 };
@@ -124,6 +131,7 @@ Tensor cross_entropy_op(const char* name, kernels::ClassScores scores, const Ten
                                         .label_smoothing = options.label_smoothing},
                                .reduction = options.reduction,
                                .name = name,
+                               .row_lse = {},
                                .count = {}},
                   input, target);
 }

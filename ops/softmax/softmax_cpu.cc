@@ -148,7 +148,7 @@ void check_target(int64_t t, int64_t classes, const CrossEntropyArgs& args, int6
 }  // namespace
 
 void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
-                   Tensor& valid) {
+                   Tensor& valid, Tensor& row_lse) {
   const int64_t n = input.size(0), classes = input.size(1);
   const int64_t* tgt = target.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) check_target(tgt[i], classes, args, i);
@@ -156,15 +156,16 @@ void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropy
     using T = decltype(t);
     using C = ComputeType<T>;
     const T* in = input.data<T>();
-    T* out = losses.data<T>();
-    T* ok = valid.data<T>();
+    C* out = losses.data<C>();
+    C* ok = valid.data<C>();
+    double* lse_out = row_lse.data<double>();
     const double eps = args.label_smoothing;
     parallel_range(n, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(classes, 1)), [&](int64_t lo, int64_t hi) {
       std::vector<C> row(static_cast<size_t>(classes));
       for (int64_t i = lo; i < hi; ++i) {
         if (tgt[i] == args.ignore_index) {
-          out[i] = store<T>(C(0));
-          ok[i] = store<T>(C(0));
+          out[i] = ok[i] = C(0);
+          lse_out[2 * i] = lse_out[2 * i + 1] = 0.0;
           continue;
         }
         gather(in, i * classes, 1, classes, row.data());
@@ -175,22 +176,25 @@ void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropy
           for (int64_t c = 0; c < classes; ++c) mean_log_p += lse.log_prob_wide(row[static_cast<size_t>(c)]);
           loss -= eps * mean_log_p / static_cast<double>(classes);
         }
-        out[i] = convert<T>(loss);
-        ok[i] = store<T>(C(1));
+        out[i] = static_cast<C>(loss);
+        ok[i] = C(1);
+        lse_out[2 * i] = static_cast<double>(lse.shift);  // exact: shift is a C value
+        lse_out[2 * i + 1] = lse.log_sum;
       }
     });
   });
 }
 
 void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
-                            const Tensor& dlosses, Tensor& dinput) {
+                            const Tensor& row_lse, const Tensor& dlosses, Tensor& dinput) {
   const int64_t n = input.size(0), classes = input.size(1);
   const int64_t* tgt = target.data<int64_t>();
   visit_floating_dtype(input.dtype(), [&](auto t) {
     using T = decltype(t);
     using C = ComputeType<T>;
     const T* in = input.data<T>();
-    const T* dl = dlosses.data<T>();
+    const C* dl = dlosses.data<C>();
+    const double* lse_in = row_lse.data<double>();
     T* out = dinput.data<T>();
     const C eps = static_cast<C>(args.label_smoothing);
     const C uniform = eps / static_cast<C>(classes);
@@ -201,10 +205,10 @@ void cross_entropy_backward(const Tensor& input, const Tensor& target, const Cro
           std::fill_n(out + i * classes, classes, store<T>(C(0)));
           continue;
         }
-        const C g = load(dl[i]);
-        gather(in, i * classes, 1, classes, row.data());
+        const C g = dl[i];
         if (args.scores == ClassScores::kLogits) {
-          const LogNormalizer<C> lse = row_log_normalizer(row.data(), classes, args.scores);
+          const LogNormalizer<C> lse{.shift = static_cast<C>(lse_in[2 * i]), .log_sum = lse_in[2 * i + 1]};
+          gather(in, i * classes, 1, classes, row.data());
           for (int64_t c = 0; c < classes; ++c) {
             row[static_cast<size_t>(c)] = math::exp(lse.log_prob(row[static_cast<size_t>(c)])) - uniform;
           }

@@ -93,7 +93,7 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t 
 
 // One block per sample: the log-normaliser of its row (0 and 0 for log-probabilities).
 template <typename T>
-__device__ LogNormalizer<Compute<T>> row_lse(const T* row, int64_t classes, bool logits) {
+__device__ LogNormalizer<Compute<T>> row_log_normalizer(const T* row, int64_t classes, bool logits) {
   using C = Compute<T>;
   if (!logits) return {C(0), 0.0};
   C local_max = -std::numeric_limits<C>::infinity();
@@ -108,24 +108,24 @@ __device__ LogNormalizer<Compute<T>> row_lse(const T* row, int64_t classes, bool
   return {shift, ::log(block_sum(local))};
 }
 
-// input is (n, classes), target/losses/valid are (n); bad is (2): the first bad sample and value.
+// input is (n, classes), target/losses/valid are (n), row_lse (n, 2); bad: the first bad sample.
 template <typename T>
 __global__ void cross_entropy_kernel(const T* input, const int64_t* target, int64_t classes, bool logits,
-                                     int64_t ignore_index, double eps, T* losses, T* valid,
-                                     unsigned long long* bad) {
+                                     int64_t ignore_index, double eps, Compute<T>* losses, Compute<T>* valid,
+                                     double* row_lse, unsigned long long* bad) {
   using C = Compute<T>;
   const int64_t i = blockIdx.x;
   const int64_t t = target[i];
   if (t == ignore_index || t < 0 || t >= classes) {
     if (threadIdx.x == 0) {
-      losses[i] = dstore<T>(C(0));
-      valid[i] = dstore<T>(C(0));
+      losses[i] = valid[i] = C(0);
+      row_lse[2 * i] = row_lse[2 * i + 1] = 0.0;
       if (t != ignore_index) atomicMin(bad, static_cast<unsigned long long>(i));
     }
     return;
   }
   const T* row = input + i * classes;
-  const LogNormalizer<C> lse = row_lse(row, classes, logits);
+  const LogNormalizer<C> lse = row_log_normalizer(row, classes, logits);
   double local = 0.0;
   if (eps > 0) {
     for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) local += lse.log_prob_wide(dload(row[c]));
@@ -133,14 +133,18 @@ __global__ void cross_entropy_kernel(const T* input, const int64_t* target, int6
   const double mean_log_p = block_sum(local) / static_cast<double>(classes);
   if (threadIdx.x == 0) {
     const double loss = -(1.0 - eps) * lse.log_prob_wide(dload(row[t])) - eps * mean_log_p;
-    losses[i] = dconvert<T>(loss);
-    valid[i] = dstore<T>(C(1));
+    losses[i] = static_cast<C>(loss);
+    valid[i] = C(1);
+    row_lse[2 * i] = static_cast<double>(lse.shift);
+    row_lse[2 * i + 1] = lse.log_sum;
   }
 }
 
+// One pass over each row: the forward's (shift, log_sum) give p_c without a new max and sum.
 template <typename T>
 __global__ void cross_entropy_backward_kernel(const T* input, const int64_t* target, int64_t classes, bool logits,
-                                              int64_t ignore_index, Compute<T> eps, const T* dlosses, T* dinput) {
+                                              int64_t ignore_index, Compute<T> eps, const double* row_lse,
+                                              const Compute<T>* dlosses, T* dinput) {
   using C = Compute<T>;
   const int64_t i = blockIdx.x;
   const int64_t t = target[i];
@@ -150,8 +154,8 @@ __global__ void cross_entropy_backward_kernel(const T* input, const int64_t* tar
     return;
   }
   const T* row = input + i * classes;
-  const LogNormalizer<C> lse = row_lse(row, classes, logits);
-  const C g = dload(dlosses[i]);
+  const LogNormalizer<C> lse{static_cast<C>(row_lse[2 * i]), row_lse[2 * i + 1]};
+  const C g = dlosses[i];
   const C uniform = eps / static_cast<C>(classes);
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
     C d = (logits ? math::exp(lse.log_prob(dload(row[c]))) : C(0)) - uniform;
@@ -195,7 +199,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t dim, SoftmaxKin
 }
 
 void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
-                   Tensor& valid) {
+                   Tensor& valid, Tensor& row_lse) {
   const int64_t n = input.size(0), classes = input.size(1);
   if (n == 0) return;
   Allocator& alloc = caching_allocator();
@@ -203,10 +207,12 @@ void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropy
   AG_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof(unsigned long long), cudaStreamLegacy));  // "none": all ones
   visit_floating_dtype(input.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
+    using C = Compute<T>;
     cross_entropy_kernel<T><<<grid_of(n, "cross_entropy"), kThreads>>>(
         static_cast<const T*>(input.data_ptr()), static_cast<const int64_t*>(target.data_ptr()), classes,
         args.scores == ClassScores::kLogits, args.ignore_index, args.label_smoothing,
-        static_cast<T*>(losses.data_ptr()), static_cast<T*>(valid.data_ptr()), bad);
+        static_cast<C*>(losses.data_ptr()), static_cast<C*>(valid.data_ptr()), static_cast<double*>(row_lse.data_ptr()),
+        bad);
     AG_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
   });
   // The one wait of this op: an out-of-range target must be an error, not a silent wrong loss.
@@ -223,7 +229,7 @@ void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropy
 }
 
 void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
-                            const Tensor& dlosses, Tensor& dinput) {
+                            const Tensor& row_lse, const Tensor& dlosses, Tensor& dinput) {
   const int64_t n = input.size(0), classes = input.size(1);
   if (n == 0) return;
   visit_floating_dtype(input.dtype(), [&](auto t) {
@@ -232,7 +238,8 @@ void cross_entropy_backward(const Tensor& input, const Tensor& target, const Cro
     cross_entropy_backward_kernel<T><<<grid_of(n, "cross_entropy backward"), kThreads>>>(
         static_cast<const T*>(input.data_ptr()), static_cast<const int64_t*>(target.data_ptr()), classes,
         args.scores == ClassScores::kLogits, args.ignore_index, static_cast<C>(args.label_smoothing),
-        static_cast<const T*>(dlosses.data_ptr()), static_cast<T*>(dinput.data_ptr()));
+        static_cast<const double*>(row_lse.data_ptr()), static_cast<const C*>(dlosses.data_ptr()),
+        static_cast<T*>(dinput.data_ptr()));
     AG_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
   });
 }

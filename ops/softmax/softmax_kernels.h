@@ -56,35 +56,38 @@ struct CrossEntropyArgs {
 };
 
 // Per sample i: losses[i] = -sum_c q_c log p_c (log p = log_softmax(input) for logits, input itself
-// for log-probabilities), and valid[i] = 1; for an ignored sample both are 0. A target outside
-// [0, C) that is not ignore_index throws an Error naming the sample and the value (on CUDA after
-// one wait for the GPU).
+// for log-probabilities), valid[i] = 1, and the row's log-normaliser in row_lse[i] = (shift,
+// log_sum) for the backward; for an ignored sample all are 0. losses and valid are in the compute
+// dtype (float32 for 16-bit input, so the loss is never rounded to 16 bits), row_lse is float64
+// [N, 2]. A target outside [0, C) that is not ignore_index throws an Error naming the sample and
+// the value (on CUDA after one wait for the GPU).
 namespace cpu {
 void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
-                   Tensor& valid);
+                   Tensor& valid, Tensor& row_lse);
 }
 namespace cuda {
 void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
-                   Tensor& valid);
+                   Tensor& valid, Tensor& row_lse);
 }
 inline void cross_entropy(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args, Tensor& losses,
-                          Tensor& valid) {
-  AG_ON_BACKEND(input.device(), cross_entropy, input, target, args, losses, valid);
+                          Tensor& valid, Tensor& row_lse) {
+  AG_ON_BACKEND(input.device(), cross_entropy, input, target, args, losses, valid, row_lse);
 }
 
 // dinput[i, c] = dlosses[i] (p_c - q_c) for logits, -dlosses[i] q_c for log-probabilities; 0 for
-// an ignored sample. dlosses is [N].
+// an ignored sample. One pass over each row: p_c comes from the forward's row_lse, not from a new
+// maximum and sum. dlosses is [N] in the compute dtype; dinput has the input's dtype.
 namespace cpu {
 void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
-                            const Tensor& dlosses, Tensor& dinput);
+                            const Tensor& row_lse, const Tensor& dlosses, Tensor& dinput);
 }
 namespace cuda {
 void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
-                            const Tensor& dlosses, Tensor& dinput);
+                            const Tensor& row_lse, const Tensor& dlosses, Tensor& dinput);
 }
 inline void cross_entropy_backward(const Tensor& input, const Tensor& target, const CrossEntropyArgs& args,
-                                   const Tensor& dlosses, Tensor& dinput) {
-  AG_ON_BACKEND(dinput.device(), cross_entropy_backward, input, target, args, dlosses, dinput);
+                                   const Tensor& row_lse, const Tensor& dlosses, Tensor& dinput) {
+  AG_ON_BACKEND(dinput.device(), cross_entropy_backward, input, target, args, row_lse, dlosses, dinput);
 }
 
 }  // namespace ampgrad::kernels
