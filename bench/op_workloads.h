@@ -3,6 +3,10 @@
 //   add_bias_{fp32,fp16}      x [64,512,768] + b [768]           (reads x, writes the sum)
 //   add_residual_{fp32,fp16}  x [64,512,768] + r [64,512,768]    (reads both, writes the sum)
 //   bmm_{fp32,fp16}           a [8,12,256,64] @ b [8,12,64,256]  (attention's scores)
+//   sdpa{256,1024}_{fused,composed}_{fp32,bf16}
+//                             causal attention forward + backward, q, k, v [2,12,T,64] (GPT-2
+//                             small's heads at batch 2), through each AttentionBackend; the FLOP
+//                             are the usual 3.5 x the forward's 4 T^2 D per head, halved (causal)
 //   copy_bandwidth            a 96 MiB float copy on the pool: the machine's copy bandwidth
 #pragma once
 
@@ -36,6 +40,24 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
   if (name.starts_with("bmm_")) {
     const Tensor a = randn({8, 12, 256, 64}, dtype), b = randn({8, 12, 64, 256}, dtype);
     return std::make_unique<OpWorkload>(OpWorkload{[a, b] { ops::matmul(a, b); }, 0, 2.0 * 96 * 256 * 256 * 64});
+  }
+  if (name.starts_with("sdpa")) {
+    const int64_t t = name.starts_with("sdpa1024_") ? 1024 : 256;
+    const auto backend = name.find("_fused_") != std::string::npos ? ops::AttentionBackend::kFused
+                                                                    : ops::AttentionBackend::kComposed;
+    std::vector<Tensor> qkv;
+    for (int i = 0; i < 3; ++i) {
+      qkv.push_back(randn({2, 12, t, 64}, name.ends_with("_bf16") ? DType::kBFloat16 : DType::kFloat32));
+      qkv.back().set_requires_grad(true);
+    }
+    const double flop = 3.5 * 4.0 * 24 * static_cast<double>(t * t) * 64 / 2;
+    return std::make_unique<OpWorkload>(OpWorkload{[qkv, backend] {
+                                                     ops::AttentionBackendGuard guard(backend);
+                                                     ops::sum(ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true))
+                                                         .backward();
+                                                     for (Tensor x : qkv) x.set_grad(Tensor());
+                                                   },
+                                                   0, flop});
   }
   if (name == "copy_bandwidth") {
     // The same size as the add workloads' float operands, first touched here so no page faults

@@ -115,9 +115,31 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 /// Autocast: none (the weight's dtype).
 Tensor embedding(const Tensor& ids, const Tensor& weight);
 /// softmax(q k^T / sqrt(D)) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (batch dimensions
-/// broadcast), causally masked when is_causal. Composed from matmul (lower precision under
-/// autocast) and softmax (float32), as PyTorch's math path.
+/// broadcast), causally masked when is_causal (top-left aligned). Autocast: lower precision.
+/// Where it applies (see AttentionBackend) a fused kernel runs: the FlashAttention-2 algorithm,
+/// float32 accumulation and softmax, nothing of size Tq x Tk kept for the backward. Elsewhere it
+/// is composed from matmul and softmax (float32), as PyTorch's math path.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false);
+
+/// Which implementation scaled_dot_product_attention uses (PyTorch's SDPBackend).
+enum class AttentionBackend : uint8_t {
+  kAuto,      ///< fused where it applies: CPU; float32, float16 or bfloat16 (one dtype for q, k, v
+              ///< after autocast); the same batch dimensions (no broadcast); no empty input
+  kFused,     ///< fused, or an Error saying why it does not apply
+  kComposed,  ///< matmul and softmax, recorded op by op (the reference the fused kernel is tested against)
+};
+/// While it lives, scaled_dot_product_attention on this thread uses `backend`
+/// (torch.nn.attention.sdpa_kernel); guards nest.
+class AttentionBackendGuard {
+ public:
+  explicit AttentionBackendGuard(AttentionBackend backend);
+  ~AttentionBackendGuard();
+  AttentionBackendGuard(const AttentionBackendGuard&) = delete;
+  AttentionBackendGuard& operator=(const AttentionBackendGuard&) = delete;
+
+ private:
+  AttentionBackend previous_;
+};
 
 /// alpha * x, computed in the compute type (float, double for float64) and rounded once to x's
 /// dtype (what x * 2.0f calls).

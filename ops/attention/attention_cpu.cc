@@ -1,0 +1,193 @@
+// Fused attention on the CPU. Each tile product is one call of the packed GEMM
+// (linear/linear_gemm_cpu.h), which reads float16/bfloat16 operands where they lie and widens
+// them while packing, so q, k, v and dout are never copied; the softmax runs in float32 over a
+// tile of scores that stays in cache. The forward runs (batch, query tile) pairs on the pool; the
+// backward runs one batch entry per task, its tiles in a fixed order, so no two tasks add to the
+// same gradient and the bits do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "framework/parallel.h"
+#include "ops/attention/attention_kernels.h"
+#include "ops/linear/linear_gemm_cpu.h"
+#include "ops/math.h"
+
+namespace ampgrad::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kQueryTile = 64;  // rows of q per tile
+constexpr int64_t kKeyTile = 128;   // rows of k and v per tile: a 64 x 128 float score tile is 32 KiB
+
+// A [rows, cols] block of a row-major matrix with `stride` elements per row, starting at row r0.
+MatrixView rows_of(const Tensor& t, int64_t matrix, int64_t rows_per_matrix, int64_t r0, int64_t stride) {
+  const auto* base = static_cast<const char*>(t.data_ptr());
+  const int64_t offset = (matrix * rows_per_matrix + r0) * stride * static_cast<int64_t>(dtype_info(t.dtype()).size);
+  return {.data = base + offset, .dtype = t.dtype(), .row_stride = stride, .col_stride = 1};
+}
+
+MatrixView transposed(MatrixView m) {
+  std::swap(m.row_stride, m.col_stride);
+  return m;
+}
+
+MatrixView floats(const float* data, int64_t row_stride) {
+  return {.data = data, .dtype = DType::kFloat32, .row_stride = row_stride, .col_stride = 1};
+}
+
+// c [m, n] (row-major float) = a b, single-threaded here: it runs inside a pool task.
+void gemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, float* c) {
+  sgemm(m, n, k, a, b, MatrixView{}, c, DType::kFloat32);
+}
+
+// The last key a query row sees: all of them, or (causal) the keys up to its own index.
+int64_t keys_seen(const AttentionShape& s, int64_t row) { return s.causal ? std::min(s.tk, row + 1) : s.tk; }
+
+// Scores of a tile, scaled, with keys a row does not see set to -inf; returns nothing. scores is
+// [rows, cols] for query rows i0.. and key columns j0...
+void scale_and_mask(float* scores, int64_t rows, int64_t cols, int64_t i0, int64_t j0, const AttentionShape& s) {
+  const auto scale = static_cast<float>(s.scale);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = scores + r * cols;
+    const int64_t seen = std::clamp<int64_t>(keys_seen(s, i0 + r) - j0, 0, cols);
+    for (int64_t c = 0; c < seen; ++c) row[c] *= scale;
+    for (int64_t c = seen; c < cols; ++c) row[c] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+template <typename T>
+void store_rows(const float* src, int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = store<T>(src[i]);
+}
+
+}  // namespace
+
+void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& s, Tensor& out,
+                     Tensor& lse) {
+  const int64_t q_tiles = (s.tq + kQueryTile - 1) / kQueryTile;
+  float* lse_out = lse.data<float>();
+  visit_floating_dtype(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, double>) {
+      AG_FAIL("flash_attention: float64 runs the composed path");
+    } else {
+      T* o = out.data<T>();
+      parallel_for(s.batch * q_tiles, [&](int64_t task) {
+        const int64_t b = task / q_tiles, i0 = (task % q_tiles) * kQueryTile;
+        const int64_t rows = std::min(kQueryTile, s.tq - i0);
+        std::vector<float> scores(static_cast<size_t>(kQueryTile * kKeyTile)), acc(static_cast<size_t>(rows * s.dv), 0.0f),
+            pv(static_cast<size_t>(rows * s.dv)), max(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity()),
+            sum(static_cast<size_t>(rows), 0.0f);
+        const MatrixView q_tile = rows_of(q, b, s.tq, i0, s.d);
+        const int64_t keys = keys_seen(s, i0 + rows - 1);  // the tile's last row sees the most
+        for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
+          const int64_t cols = std::min(kKeyTile, s.tk - j0);
+          gemm(rows, cols, s.d, q_tile, transposed(rows_of(k, b, s.tk, j0, s.d)), scores.data());
+          scale_and_mask(scores.data(), rows, cols, i0, j0, s);
+          // The online softmax: a row's running maximum m and sum l; an earlier tile's share of
+          // the sum and of the output is rescaled by exp(m_old - m_new) when the maximum grows.
+          for (int64_t r = 0; r < rows; ++r) {
+            float* p = scores.data() + r * cols;
+            float m = max[r];
+            for (int64_t c = 0; c < cols; ++c) m = std::max(m, p[c]);
+            const float rescale = math::exp(max[r] - m);  // 0 on the first tile (m_old = -inf)
+            float tile_sum = 0.0f;
+            for (int64_t c = 0; c < cols; ++c) {
+              p[c] = p[c] == -std::numeric_limits<float>::infinity() ? 0.0f : math::exp(p[c] - m);
+              tile_sum += p[c];
+            }
+            sum[r] = sum[r] * rescale + tile_sum;
+            max[r] = m;
+            if (rescale != 1.0f) {
+              for (int64_t c = 0; c < s.dv; ++c) acc[r * s.dv + c] *= rescale;
+            }
+          }
+          gemm(rows, s.dv, cols, floats(scores.data(), cols), rows_of(v, b, s.tk, j0, s.dv), pv.data());
+          for (size_t i = 0; i < acc.size(); ++i) acc[i] += pv[i];
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const float inv = 1.0f / sum[r];
+          for (int64_t c = 0; c < s.dv; ++c) acc[r * s.dv + c] *= inv;
+          lse_out[2 * (b * s.tq + i0 + r)] = max[r];
+          lse_out[2 * (b * s.tq + i0 + r) + 1] = std::log(sum[r]);
+        }
+        store_rows(acc.data(), rows * s.dv, o + (b * s.tq + i0) * s.dv);
+      });
+    }
+  });
+}
+
+void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const Tensor& dout, const AttentionShape& s, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const float* lse_in = lse.data<float>();
+  visit_floating_dtype(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, double>) {
+      AG_FAIL("flash_attention_backward: float64 runs the composed path");
+    } else {
+      const T* o = out.data<T>();
+      const T* g = dout.data<T>();
+      parallel_for(s.batch, [&](int64_t b) {
+        // delta_i = sum_c dout_ic out_ic: softmax's backward term, per query row.
+        std::vector<float> delta(static_cast<size_t>(s.tq));
+        for (int64_t i = 0; i < s.tq; ++i) {
+          const int64_t base = (b * s.tq + i) * s.dv;
+          float dot = 0.0f;
+          for (int64_t c = 0; c < s.dv; ++c) dot += load(g[base + c]) * load(o[base + c]);
+          delta[static_cast<size_t>(i)] = dot;
+        }
+        std::vector<float> dq_acc(static_cast<size_t>(s.tq * s.d), 0.0f), dk_acc(static_cast<size_t>(s.tk * s.d), 0.0f),
+            dv_acc(static_cast<size_t>(s.tk * s.dv), 0.0f);
+        std::vector<float> p(static_cast<size_t>(kQueryTile * kKeyTile)), ds(p.size()),
+            tmp(static_cast<size_t>(std::max(kQueryTile, kKeyTile) * std::max(s.d, s.dv)));
+        const auto add = [&](float* dst, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) dst[i] += tmp[static_cast<size_t>(i)];
+        };
+        for (int64_t j0 = 0; j0 < s.tk; j0 += kKeyTile) {
+          const int64_t cols = std::min(kKeyTile, s.tk - j0);
+          const MatrixView k_tile = rows_of(k, b, s.tk, j0, s.d), v_tile = rows_of(v, b, s.tk, j0, s.dv);
+          // Causal: query rows before j0 see none of these keys.
+          for (int64_t i0 = s.causal ? j0 / kQueryTile * kQueryTile : 0; i0 < s.tq; i0 += kQueryTile) {
+            const int64_t rows = std::min(kQueryTile, s.tq - i0);
+            const MatrixView q_tile = rows_of(q, b, s.tq, i0, s.d), g_tile = rows_of(dout, b, s.tq, i0, s.dv);
+            gemm(rows, cols, s.d, q_tile, transposed(k_tile), p.data());
+            scale_and_mask(p.data(), rows, cols, i0, j0, s);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float* row_lse = lse_in + 2 * (b * s.tq + i0 + r);
+              const float max = row_lse[0], log_sum = row_lse[1];
+              float* pr = p.data() + r * cols;
+              for (int64_t c = 0; c < cols; ++c) {
+                pr[c] = pr[c] == -std::numeric_limits<float>::infinity() ? 0.0f : math::exp((pr[c] - max) - log_sum);
+              }
+            }
+            // dv_j += P^T dout_i
+            gemm(cols, s.dv, rows, transposed(floats(p.data(), cols)), g_tile, tmp.data());
+            add(dv_acc.data() + j0 * s.dv, cols * s.dv);
+            // dS = P (dout_i v_j^T - delta) scale
+            gemm(rows, cols, s.dv, g_tile, transposed(v_tile), ds.data());
+            const auto scale = static_cast<float>(s.scale);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float d_r = delta[static_cast<size_t>(i0 + r)];
+              for (int64_t c = 0; c < cols; ++c) {
+                const size_t at = static_cast<size_t>(r * cols + c);
+                ds[at] = p[at] * (ds[at] - d_r) * scale;
+              }
+            }
+            // dq_i += dS k_j;  dk_j += dS^T q_i
+            gemm(rows, s.d, cols, floats(ds.data(), cols), k_tile, tmp.data());
+            add(dq_acc.data() + i0 * s.d, rows * s.d);
+            gemm(cols, s.d, rows, transposed(floats(ds.data(), cols)), q_tile, tmp.data());
+            add(dk_acc.data() + j0 * s.d, cols * s.d);
+          }
+        }
+        store_rows(dq_acc.data(), s.tq * s.d, dq.data<T>() + b * s.tq * s.d);
+        store_rows(dk_acc.data(), s.tk * s.d, dk.data<T>() + b * s.tk * s.d);
+        store_rows(dv_acc.data(), s.tk * s.dv, dv.data<T>() + b * s.tk * s.dv);
+      });
+    }
+  });
+}
+
+}  // namespace ampgrad::kernels::cpu
