@@ -5,8 +5,10 @@ Usage: pytorch_workloads.py WORKLOAD [--seconds=S] [--threads=T (default 2)] [--
 WORKLOAD: seed_fp32, seed_bf16 (CPU autocast, PyTorch's CPU AMP), mlp_sgd_fp32, mlp_adam_fp32,
           mlp_sgd_bf16, mlp_adam_bf16; fashion_fp32, fashion_fp16 (FP16 autocast + GradScaler, as
           ampgrad's AMP; PyTorch >= 2.3, else it prints nan), fashion_bf16; gpt_fp32, gpt_fp16,
-          gpt_bf16 (examples/char_gpt's model and step); single ops
-          (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16}.
+          gpt_bf16 (examples/char_gpt's model and step), gpt2s_fp32, gpt2s_fp16, gpt2s_bf16 (the
+          same step at GPT-2 small's shape, T = 256, batch 2); single ops
+          (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16},
+          sdpa{256,1024}_{fused,composed}_{fp32,bf16}.
 Prints "WORKLOAD <median us per step over 5 chunks>" (single ops: then GB/s or GFLOP/s).
 --cpu-time (1 thread only) times with the process's CPU clock, as step_timer --cpu-time does.
 --version prints the interpreter's torch version and its CPU capability. Standard library + torch only.
@@ -49,17 +51,21 @@ def make_fashion(name):
 
 def make_gpt(name):
     """examples/char_gpt's step (bench/workloads.h GptWorkload): examples/gpt_pytorch.py's model at
-    4 layers, width 128, context 64, vocabulary 114; AdamW (0.9, 0.95) with weight decay 0.1 on
-    matrices only, clip_grad_norm_ 1.0 after unscale_, batch 16 of fixed random characters."""
+    4 layers, width 128, context 64, vocabulary 114 (gpt_*), or at GPT-2 small's shape, 12 layers,
+    12 heads, width 768, context 256, vocabulary 50304, batch 2 (gpt2s_*, kGpt2Small); AdamW (0.9,
+    0.95) with weight decay 0.1 on matrices only, clip_grad_norm_ 1.0 after unscale_, a batch of
+    fixed random tokens (16 for gpt_*)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
     from gpt_pytorch import GPT  # noqa: E402
     torch.manual_seed(0)
-    model = GPT(114, 64, 4, 4, 128).init_as_ampgrad_()
+    vocab, block, layers, heads, width, batch = (50304, 256, 12, 12, 768, 2) if name.startswith("gpt2s_") \
+        else (114, 64, 4, 4, 128, 16)
+    model = GPT(vocab, block, layers, heads, width).init_as_ampgrad_()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = model.adamw()
-    x = torch.randint(0, 114, (16, 64))
-    y = torch.randint(0, 114, (16 * 64,))
-    dtype = {"gpt_fp16": torch.float16, "gpt_bf16": torch.bfloat16}.get(name)
+    x = torch.randint(0, vocab, (batch, block))
+    y = torch.randint(0, vocab, (batch * block,))
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name.rsplit("_", 1)[1])
     scaler = None
     if dtype == torch.float16:
         if not hasattr(torch.amp, "GradScaler"):
@@ -97,13 +103,29 @@ def make_op(name):
     if name.startswith("bmm_"):
         a, b = torch.randn(8, 12, 256, 64).to(dtype), torch.randn(8, 12, 64, 256).to(dtype)
         return (lambda: torch.matmul(a, b)), 0, 2.0 * 96 * 256 * 256 * 64
+    if name.startswith("sdpa"):
+        # sdpa{256,1024}_{fused,composed}_{fp32,bf16}: PyTorch's default SDPA (its fused CPU kernel)
+        # or its math path, forward + backward of causal attention over [2, 12, T, 64].
+        t = 1024 if name.startswith("sdpa1024_") else 256
+        qkv = [torch.randn(2, 12, t, 64, dtype=torch.bfloat16 if name.endswith("_bf16") else torch.float32,
+                           requires_grad=True) for _ in range(3)]
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+        backend = SDPBackend.FLASH_ATTENTION if "_fused_" in name else SDPBackend.MATH
+
+        def run():
+            with sdpa_kernel(backend):
+                torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=True).sum().backward()
+            for x in qkv:
+                x.grad = None
+
+        return run, 0, 3.5 * 4.0 * 24 * t * t * 64 / 2
     return None
 
 
 def make(name):
     if name.startswith("fashion_"):
         return make_fashion(name)
-    if name.startswith("gpt_"):
+    if name.startswith("gpt_") or name.startswith("gpt2s_"):
         return make_gpt(name)
     torch.manual_seed(0)
     if name.startswith("seed"):
