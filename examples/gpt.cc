@@ -89,7 +89,14 @@ ag::Tensor GPT::forward(const ag::Tensor& ids) {
   // gradient as a lookup, without uploading positions or checking ids (each a wait on CUDA).
   const ag::Tensor pos = ag::ops::narrow(transformer.wpe.weight, 0, 0, t);
   ag::Tensor x = transformer.drop(transformer.wte(ids) + pos);  // [B, T, C] + [T, C]
-  for (size_t i = 0; i < transformer.h.size(); ++i) x = transformer.h[i](x);
+  for (size_t i = 0; i < transformer.h.size(); ++i) {
+    ag::nn::Module& block = transformer.h[i];
+    if (config.checkpoint_activations && is_training()) {
+      x = ag::utils::checkpoint([&block](const std::vector<ag::Tensor>& in) { return block(in[0]); }, {x});
+    } else {
+      x = block(x);
+    }
+  }
   return lm_head(transformer.ln_f(x));
 }
 

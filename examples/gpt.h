@@ -16,6 +16,9 @@ struct Config {
   int64_t n_head = 4;
   int64_t n_embd = 128;
   double dropout = 0.0;
+  /// Recompute each block in the backward instead of keeping its activations
+  /// (utils::checkpoint per block): about a block's activations of memory for a second forward.
+  bool checkpoint_activations = false;
 };
 
 /// x [B, T, C] -> [B, T, C]: multi-head attention that may not look ahead.

@@ -211,7 +211,57 @@ class LeafHookCounts {
 
 }  // namespace
 
+// The gradients a pass hands back instead of accumulating them (grad()): one slot per target leaf.
+struct detail::Captures {
+  std::unordered_map<const TensorImpl*, size_t> index;  // target -> its slot
+  std::vector<Tensor> grads;
+  Tensor* slot(const TensorImpl* leaf) {
+    const auto it = index.find(leaf);
+    return it == index.end() ? nullptr : &grads[it->second];
+  }
+};
+
+namespace {
+
+// Sums g into a capture slot: the first as it is, later ones into a fresh buffer.
+void capture_into(Tensor& slot, const TensorImpl& leaf, Tensor&& g) {
+  if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
+  if (!slot.defined()) {
+    slot = std::move(g);
+    return;
+  }
+  Tensor sum = Tensor::empty(slot.shape(), slot.dtype(), slot.device());
+  copy_(sum, slot);
+  accumulate_(sum, g);
+  slot = std::move(sum);
+}
+
+// A pass's scratch: the outermost pass on a thread reuses one pair of vectors (no allocations in a
+// steady loop); a pass started inside a node's backward (activation checkpointing's recompute) has
+// its own.
+thread_local int pass_depth = 0;
+}  // namespace
+
 void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
+  detail::backward_pass(root, grad, retain, nullptr);
+}
+
+std::vector<Tensor> grad(const Tensor& root, const Tensor& grad_output, const std::vector<Tensor>& leaves) {
+  detail::Captures captures;
+  for (const Tensor& leaf : leaves) {
+    AG_CHECK(leaf.defined() && leaf.requires_grad() && !leaf.grad_fn(), "grad: every target must be a leaf that ",
+             "requires grad, got ", leaf.defined() ? leaf.to_string() : std::string("an undefined tensor"));
+    captures.index.try_emplace(leaf.impl(), captures.index.size());
+  }
+  captures.grads.resize(captures.index.size());
+  detail::backward_pass(root, grad_output, RetainGraph::kNo, &captures);
+  std::vector<Tensor> grads;  // one per target, a repeated target's too
+  grads.reserve(leaves.size());
+  for (const Tensor& leaf : leaves) grads.push_back(*captures.slot(leaf.impl()));
+  return grads;
+}
+
+void detail::backward_pass(const Tensor& root, const Tensor& grad, RetainGraph retain, Captures* captures) {
   AG_CHECK(root.defined(), "backward() on an undefined tensor");
   AG_CHECK(root.requires_grad(), "backward() on ", root.to_string(), " which does not require grad and has no ",
            "grad_fn; hint: call set_requires_grad(true) on the leaves you want gradients for, and make sure ",
@@ -230,6 +280,10 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
   static std::atomic<uint64_t> passes{0};
   const uint64_t pass = ++passes;
   if (!root.grad_fn()) {
+    if (captures != nullptr) {
+      if (Tensor* slot = captures->slot(root.impl())) capture_into(*slot, *root.impl(), std::move(seed));
+      return;
+    }
     accumulate_into_leaf(*root.impl(), std::move(seed), pass);
     run_post_accumulate_hooks(root.impl_ptr());
     return;
@@ -238,7 +292,14 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
   // grads. A node's inputs were recorded before it, so descending sequence numbers are a valid
   // topological order: this is replaying the tape backwards.
   Node* root_node = root.grad_fn().get();
-  thread_local std::vector<Node*> order, stack;  // reused: no allocations in a steady loop
+  thread_local std::vector<Node*> reused_order, reused_stack;
+  std::vector<Node*> own_order, own_stack;
+  std::vector<Node*>& order = pass_depth == 0 ? reused_order : own_order;
+  std::vector<Node*>& stack = pass_depth == 0 ? reused_stack : own_stack;
+  ++pass_depth;
+  struct Depth {
+    ~Depth() { --pass_depth; }
+  } depth;
   order.clear();
   stack.assign(1, root_node);
   root_node->visited_pass_ = pass;
@@ -248,7 +309,7 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
     stack.pop_back();
     order.push_back(node);
     for (const Edge& edge : node->next_edges) {
-      leaf_hooks.expect(edge);
+      if (captures == nullptr) leaf_hooks.expect(edge);  // grad() accumulates nothing: no hooks run
       if (edge.node && edge.node->visited_pass_ != pass) {
         edge.node->visited_pass_ = pass;
         stack.push_back(edge.node.get());
@@ -286,7 +347,9 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
       const Edge& edge = node->next_edges[i];
       Tensor& g = grad_inputs[i];
       if (!g.defined()) continue;
-      if (edge.leaf) {
+      if (edge.leaf && captures != nullptr) {
+        if (Tensor* slot = captures->slot(edge.leaf.get())) capture_into(*slot, *edge.leaf, std::move(g));
+      } else if (edge.leaf) {
         accumulate_into_leaf(*edge.leaf, std::move(g), pass);
         leaf_hooks.accumulated(edge);
       } else if (edge.node) {

@@ -15,6 +15,12 @@ namespace ampgrad {
 
 struct Storage;
 
+namespace detail {
+struct Captures;  // grad()'s targets and their gradients
+/// backward() and grad(): one pass over the graph of `root` (autograd.cc).
+void backward_pass(const Tensor& root, const Tensor& grad, RetainGraph retain, Captures* captures);
+}  // namespace detail
+
 /// Thread-local switch for recording; NoGradGuard turns it off for a scope.
 class GradMode {
  public:
@@ -99,7 +105,8 @@ class Node {
   std::vector<Edge> next_edges;  ///< one per input of the op, in order
 
  private:
-  friend void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain);
+  friend void detail::backward_pass(const Tensor& root, const Tensor& grad, RetainGraph retain,
+                                    detail::Captures* captures);
 
   uint64_t sequence_nr_;  // position on this thread's tape: replay order is descending
   // Scratch of the backward pass running through this node (kept here rather than in hash maps,
@@ -136,8 +143,15 @@ inline void release_node(std::shared_ptr<Node>& node) noexcept {
 /// Edge for one op input: its grad_fn, itself if it is a leaf requiring grad, else empty.
 Edge edge_to(const Tensor& input);
 
-/// Runs backward from `root` (see Tensor::backward).
+/// Runs backward from `root` (see Tensor::backward). A node's backward may run a pass of its own
+/// over another graph (activation checkpointing's recompute does).
 void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain);
+
+/// The gradients of `root` (seeded with grad_output, as backward(grad)) with respect to `leaves`,
+/// returned instead of accumulated (torch.autograd.grad with leaf inputs): no leaf's .grad changes
+/// and no hook runs; a leaf the graph does not reach gets an undefined tensor. The graph is
+/// released as by backward().
+std::vector<Tensor> grad(const Tensor& root, const Tensor& grad_output, const std::vector<Tensor>& leaves);
 
 /// The leaves that a backward from `root` reaches, in the order it first writes their gradients:
 /// it replays nodes by descending sequence_nr, and a leaf is first written by the first of its
