@@ -1,14 +1,16 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
-//   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time]
+//   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time] [--memory]
 // WORKLOAD: seed_{fp32,amp,bf16} mlp_{sgd,adam}_{fp32,amp,bf16} fashion_{fp32,amp,bf16} gpt_{fp32,amp,bf16}
-//   gpt2s_{fp32,amp,bf16} (GPT-2 small's shape, T = 256, batch 2) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a GradScaler, bf16 is
+//   gpt2s_{fp32,amp,bf16} (GPT-2 small's shape, T = 256, batch 2; gpt2s_ckpt_* with
+//   --checkpoint-activations) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a GradScaler, bf16 is
 //   BF16 autocast without one; the single ops of op_workloads.h (add_bias_*, add_residual_*,
 //   bmm_*, copy_bandwidth: prints "WORKLOAD <median us> <GB/s or GFLOP/s>"),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
 //   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps),
 //   memory_fashion_{fp32,amp} (live bytes and peak RSS after 1e2 and 1e4 fashion steps),
 //   memory_gpt_{fp32,amp} (live bytes after 20 and 200 char_gpt steps, peak RSS).
-// Prints "WORKLOAD <median us per step over 5 chunks>" (or the figures named above).
+// Prints "WORKLOAD <median us per step over 5 chunks>" (or the figures named above); --memory adds
+// the CPU allocator's peak bytes and the process's peak RSS, in MiB, for a training workload.
 // --cpu-time (1 thread only) times with the process's CPU clock instead of the wall clock: time
 // the process spent descheduled on a busy machine is then left out.
 //   step_timer ratio WORKLOAD_A WORKLOAD_B [--seconds=S] [--threads=T]
@@ -79,7 +81,11 @@ std::unique_ptr<ag::bench::Steppable> make_workload(const std::string& name) {
     return std::make_unique<ag::bench::Workload>(ag::bench::fashion_workload(precision));
   }
   if (name.rfind("gpt_", 0) == 0) return std::make_unique<ag::bench::GptWorkload>(precision);
-  if (name.rfind("gpt2s_", 0) == 0) return std::make_unique<ag::bench::GptWorkload>(precision, ag::bench::kGpt2Small);
+  if (name.rfind("gpt2s_", 0) == 0) {
+    ag::bench::GptShape shape = ag::bench::kGpt2Small;
+    shape.checkpoint_activations = name.find("_ckpt") != std::string::npos;
+    return std::make_unique<ag::bench::GptWorkload>(precision, shape);
+  }
   if (name.rfind("mlp_", 0) == 0) {
     const Optim optim = name.rfind("mlp_adam", 0) == 0 ? Optim::kAdam : Optim::kSgd;
     return std::make_unique<ag::bench::Workload>(ag::bench::mlp_workload(precision, optim));
@@ -122,7 +128,7 @@ int run_ratio(const std::string& name_a, const std::string& name_b, double secon
   return 0;
 }
 
-int run(const std::string& name, double seconds, long steps) {
+int run(const std::string& name, double seconds, long steps, bool memory) {
   if (name.rfind("memory_seed", 0) == 0) {
     ag::bench::Workload w = ag::bench::seed_workload(Precision::kAmp);
     for (int i = 0; i < 1000; ++i) w.step();
@@ -181,13 +187,20 @@ int run(const std::string& name, double seconds, long steps) {
   }
   const std::unique_ptr<ag::bench::Steppable> w = make_workload(name);
   if (!w) return 2;
+  double us = 0;
   if (steps > 0) {
     const double start = now_s();
     for (long i = 0; i < steps; ++i) w->step();
-    std::printf("%s %.3f\n", name.c_str(), (now_s() - start) / static_cast<double>(steps) * 1e6);
-    return 0;
+    us = (now_s() - start) / static_cast<double>(steps) * 1e6;
+  } else {
+    us = median_seconds_per_call([&] { w->step(); }, seconds) * 1e6;
   }
-  std::printf("%s %.3f\n", name.c_str(), median_seconds_per_call([&] { w->step(); }, seconds) * 1e6);
+  if (memory) {
+    std::printf("%s %.3f peak_bytes_mib %.1f peak_rss_mib %.1f\n", name.c_str(), us,
+                static_cast<double>(ag::memory_stats(ag::Device::kCPU).peak_bytes) / (1 << 20), peak_rss_mib());
+  } else {
+    std::printf("%s %.3f\n", name.c_str(), us);
+  }
   return 0;
 }
 
@@ -195,11 +208,12 @@ int run(const std::string& name, double seconds, long steps) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T]\n");
+    std::fprintf(stderr, "usage: step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--memory]\n");
     return 2;
   }
   double seconds = 2.0;
   long steps = 0;
+  bool memory = false;
   const bool ratio = std::string(argv[1]) == "ratio";
   if (ratio && argc < 4) {
     std::fprintf(stderr, "usage: step_timer ratio WORKLOAD_A WORKLOAD_B [--seconds=S] [--threads=T]\n");
@@ -211,10 +225,11 @@ int main(int argc, char** argv) {
     if (arg.rfind("--steps=", 0) == 0) steps = std::atol(arg.c_str() + 8);
     if (arg.rfind("--threads=", 0) == 0) ag::set_num_threads(std::atoi(arg.c_str() + 10));
     if (arg == "--cpu-time") use_cpu_time = true;
+    if (arg == "--memory") memory = true;
   }
   if (use_cpu_time && ag::num_threads() != 1) {
     std::fprintf(stderr, "step_timer: --cpu-time needs --threads=1 (a pool's waits would not count)\n");
     return 2;
   }
-  return ratio ? run_ratio(argv[2], argv[3], seconds) : run(argv[1], seconds, steps);
+  return ratio ? run_ratio(argv[2], argv[3], seconds) : run(argv[1], seconds, steps, memory);
 }

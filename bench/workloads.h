@@ -96,6 +96,7 @@ inline Workload fashion_workload(Precision precision) {
 struct GptShape {
   int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64, batch = 16;
   int64_t vocab_size = 114;  ///< the fortunes text's characters
+  bool checkpoint_activations = false;  ///< each block recomputed in the backward
 };
 /// A size that fills a GPU better: nanoGPT's Shakespeare-char configuration (10.8M parameters,
 /// 16384 tokens a step).
@@ -143,7 +144,7 @@ struct GptWorkload : Steppable {
   static char_gpt::TrainOptions make_options(Precision precision, const GptShape& shape, Device device) {
     char_gpt::TrainOptions o;
     o.model = {.vocab_size = shape.vocab_size, .block_size = shape.block_size, .n_layer = shape.n_layer, .n_head = shape.n_head,
-               .n_embd = shape.n_embd};
+               .n_embd = shape.n_embd, .checkpoint_activations = shape.checkpoint_activations};
     o.batch_size = shape.batch;
     o.device = device;
     o.precision = precision == Precision::kAmp       ? char_gpt::Precision::kFloat16Amp

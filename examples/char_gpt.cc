@@ -3,7 +3,10 @@
 // trains with FP16 autocast and a GradScaler; --amp=bf16 with BF16 autocast and no scaler.
 // --device=cuda trains on the GPU. --save writes a checkpoint (it loads in PyTorch); --resume
 // continues one. --plot=DIR draws the loss (and with FP16 AMP the loss scale) into DIR/*.png
-// through gnuplot.
+// through gnuplot. --checkpoint-activations recomputes each block in the backward instead of
+// keeping its activations. --preset=gpt2-124m takes GPT-2 small's shape (12 layers, 12 heads,
+// width 768, context 1024; flags after it change it), --vocab=N pads the vocabulary to N (50304
+// for GPT-2's GEMM-friendly size). The progress line shows tokens/s and the allocator's peak.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -26,7 +29,7 @@ void usage(const char* program) {
   std::fprintf(stderr,
                "usage: %s [--data=PATH] [--device=cpu|cuda] [--amp[=fp16|bf16]] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
                "          [--embd=N] [--lr=X] [--seed=N] [--eval-every=N] [--save=FILE] [--resume=FILE]\n"
-               "          [--sample=N] [--plot=DIR]\n",
+               "          [--sample=N] [--plot=DIR] [--checkpoint-activations] [--preset=gpt2-124m] [--vocab=N]\n",
                program);
 }
 
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
   std::string data = "/usr/share/games/fortunes";
   char_gpt::TrainOptions options;
   int64_t sample_length = 200;
+  int64_t padded_vocab = 0;  // 0: the text's own vocabulary
   std::string plot_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -60,6 +64,12 @@ int main(int argc, char** argv) {
       else if (key == "--resume") options.resume_path = value;
       else if (key == "--sample") sample_length = parse_count(key, value, /*min=*/0);
       else if (key == "--plot" && !value.empty()) plot_dir = value;
+      else if (arg == "--checkpoint-activations") options.model.checkpoint_activations = true;
+      else if (arg == "--preset=gpt2-124m") {
+        options.model.n_layer = options.model.n_head = 12;
+        options.model.n_embd = 768;
+        options.model.block_size = 1024;
+      } else if (key == "--vocab") padded_vocab = parse_count(key, value);
       else {
         usage(argv[0]);
         return 2;
@@ -73,6 +83,14 @@ int main(int argc, char** argv) {
     char_gpt::check_device(options);  // before the text is read: a missing GPU fails at once
     const char_gpt::Corpus corpus = char_gpt::load_corpus(data, options.model.block_size);
     options.model.vocab_size = static_cast<int64_t>(corpus.vocab.size());
+    if (padded_vocab > 0) {
+      if (padded_vocab < options.model.vocab_size) {
+        std::fprintf(stderr, "char_gpt: --vocab=%lld is smaller than the text's %lld characters\n",
+                     static_cast<long long>(padded_vocab), static_cast<long long>(options.model.vocab_size));
+        return 2;
+      }
+      options.model.vocab_size = padded_vocab;  // the extra classes are never targets
+    }
     ag::manual_seed(options.seed);
     gpt::GPT model(options.model);
     const bool amp = char_gpt::uses_grad_scaler(options.precision);  // the scale is worth printing
@@ -83,10 +101,17 @@ int main(int argc, char** argv) {
                 static_cast<long long>(options.model.block_size));
     ag::utils::ProgressLine progress(options.steps, std::cout, {.every_steps = options.eval_every});
     const auto start = std::chrono::steady_clock::now();
+    const double tokens_per_step = static_cast<double>(options.batch_size * options.model.block_size);
+    int64_t first_step = -1;
     const char_gpt::TrainResult result =
         char_gpt::train(corpus, options, model, [&](int64_t step, double loss, double scale, double val) {
           ag::utils::ProgressFields fields{{"loss", loss}};
           if (amp) fields.emplace_back("scale", scale);
+          if (first_step < 0) first_step = step;
+          const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          fields.emplace_back("tok/s", static_cast<double>(step - first_step + 1) * tokens_per_step / elapsed);
+          fields.emplace_back("peak_MiB",
+                              static_cast<double>(ag::memory_stats(options.device).peak_bytes) / (1 << 20));
           if (std::isnan(val)) {
             // On CUDA a step's loss arrives only at the next evaluation (one read-back for all of
             // them), so only the evaluations' lines would be on time.

@@ -291,10 +291,17 @@ std::string sample(gpt::GPT& model, const Corpus& corpus, const std::string& pro
     // probabilities come back: three waits per character.
     const ag::Tensor logits = model(ag::Tensor::from_vector(window, {1, t}, ag::DType::kInt64, device));
     const std::vector<float> p = ag::ops::softmax(ag::ops::narrow(ag::ops::reshape(logits, {t, -1}), 0, t - 1, 1), -1).to_vector();
-    const double u = static_cast<double>(mix(seed + static_cast<uint64_t>(i)) >> 11) * 0x1p-53;
+    // Only the text's characters: a vocabulary padded past them (--vocab) has classes with no byte.
+    const size_t classes = std::min(p.size(), corpus.vocab.size());
+    double mass = 1;
+    if (classes < p.size()) {
+      mass = 0;
+      for (size_t c = 0; c < classes; ++c) mass += p[c];
+    }
+    const double u = static_cast<double>(mix(seed + static_cast<uint64_t>(i)) >> 11) * 0x1p-53 * mass;
     double acc = 0;
-    size_t next = p.size() - 1;
-    for (size_t c = 0; c < p.size(); ++c) {
+    size_t next = classes - 1;
+    for (size_t c = 0; c < classes; ++c) {
       acc += p[c];
       if (u < acc) {
         next = c;
