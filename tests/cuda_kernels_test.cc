@@ -1,7 +1,8 @@
 // CUDA kernels at the sizes and shapes that exercise their edges, against the CPU: vector tails,
 // grid-stride loops past the grid cap, k == 0 GEMMs, reductions over many chunks, the one-launch
 // multi-tensor passes (unscale, its measuring twin, sum of squares, clip_grad_norm_, one optimizer
-// pass over parameters of several groups and dtypes), and every optimizer variant. Skips
+// pass over parameters of several groups and dtypes), every optimizer variant, and the fused
+// attention on tensor cores. Skips
 // without a GPU (fails under AMPGRAD_REQUIRE_CUDA=1).
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include "amp/diagnostics/grad_stats.h"
 #include "amp/unscale.h"
 #include "ampgrad.h"
+#include "attention_cases.h"
 #include "cuda_test_util.h"
 #include "framework/multi_tensor.h"
 #include "nn/utils.h"
@@ -406,6 +408,49 @@ TEST(CudaKernels, EveryOptimizerVariantMatchesCpu) {
       }
     }
   }
+}
+
+// The fused attention on tensor cores (ops/attention/attention_cuda.cu) against float64 and the
+// composed (cuBLAS) path, as the CPU kernel is checked in attention_test.cc.
+TEST(CudaKernels, FusedAttentionMatchesFloat64AtLeastAsWellAsTheComposedPath) {
+  SKIP_WITHOUT_CUDA();
+  for (const agt::AttentionCase& c : agt::attention_cases()) {
+    EXPECT_TRUE(agt::fused_attention_as_accurate_as_composed(Device::kCUDA, c, {DType::kBFloat16, DType::kFloat16}));
+  }
+  EXPECT_TRUE(agt::fused_attention_as_accurate_as_composed(
+      Device::kCUDA, {.batch = 1, .heads = 2, .tq = 64, .tk = 64, .d = 16, .dv = 16, .causal = true},
+      {DType::kBFloat16, DType::kFloat16}, /*magnitude=*/24.0));
+}
+
+TEST(CudaKernels, FusedAttentionKeepsNoScoresAndFallsBackWhereItDoesNotApply) {
+  SKIP_WITHOUT_CUDA();
+  EXPECT_TRUE(agt::fused_attention_keeps_no_scores(Device::kCUDA, DType::kBFloat16));
+  EXPECT_TRUE(agt::fused_attention_keeps_no_scores(Device::kCUDA, DType::kFloat16));
+  // float32 and head sizes over 128 run the composed path on CUDA; kFused says why.
+  for (const auto& [dtype, d] : {std::pair{DType::kFloat32, int64_t{64}}, std::pair{DType::kBFloat16, int64_t{256}}}) {
+    Tensor q = random_tensor({1, 2, 40, d}, dtype, 7, Device::kCUDA);
+    q.set_requires_grad(true);
+    EXPECT_EQ(ag::ops::scaled_dot_product_attention(q, q, q, true).grad_fn()->name(), "matmul");
+    ag::ops::AttentionBackendGuard fused(ag::ops::AttentionBackend::kFused);
+    EXPECT_TRUE(agt::throws_error([&] { ag::ops::scaled_dot_product_attention(q, q, q, true); },
+                                  {"scaled_dot_product_attention", "CUDA"}));
+  }
+}
+
+TEST(CudaKernels, FusedAttentionGradientsAreDeterministic) {
+  SKIP_WITHOUT_CUDA();
+  const auto run = [] {
+    std::vector<Tensor> qkv;
+    for (uint64_t seed : {11, 12, 13}) {
+      qkv.push_back(random_tensor({2, 3, 300, 64}, DType::kBFloat16, seed, Device::kCUDA));
+      qkv.back().set_requires_grad(true);
+    }
+    ag::ops::sum(ag::ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true)).backward();
+    std::vector<std::vector<double>> g;
+    for (const Tensor& t : qkv) g.push_back(t.grad().to_double_vector());
+    return g;
+  };
+  EXPECT_EQ(run(), run());
 }
 
 }  // namespace

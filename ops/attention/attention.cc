@@ -67,17 +67,24 @@ struct FusedAttention {
 // Why the fused kernel does not apply to these inputs, or nullptr when it does. The dtypes are
 // judged as autocast will leave them: float32 and 16-bit inputs become its dtype, float64 stays.
 const char* why_not_fused(const Tensor& q, const Tensor& k, const Tensor& v) {
-  if (q.device() != Device::kCPU) return "it runs on the CPU only so far";
-  const bool autocast = autocast::state(q.device()).enabled;
+  const autocast::State autocast = autocast::state(q.device());
   for (const Tensor* t : {&q, &k, &v}) {
     if (t->dtype() == DType::kFloat64) return "float64 inputs run the composed path";
-    if (!autocast && t->dtype() != q.dtype()) return "q, k and v have different dtypes";
+    if (!autocast.enabled && t->dtype() != q.dtype()) return "q, k and v have different dtypes";
   }
   if (q.dim() != k.dim() || q.dim() != v.dim()) return "q, k and v have different ranks (broadcast batch dimensions)";
   for (int64_t i = 0; i + 2 < q.dim(); ++i) {
     if (q.size(i) != k.size(i) || q.size(i) != v.size(i)) return "the batch dimensions broadcast";
   }
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return "an input is empty";
+  if (q.device() == Device::kCUDA) {
+    const DType dtype = autocast.enabled ? autocast.dtype : q.dtype();
+    if (!is_low_precision(dtype)) return "on CUDA it takes float16 or bfloat16 (float32 runs on cuBLAS, composed)";
+    if (q.size(-1) > kernels::kMaxFusedHeadSize || v.size(-1) > kernels::kMaxFusedHeadSize) {
+      return "on CUDA it takes head sizes up to 128";
+    }
+    if (q.numel() / (q.size(-2) * q.size(-1)) > 65535) return "on CUDA it takes at most 65535 batch entries (B x H)";
+  }
   return nullptr;
 }
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "framework/error.h"
 #include "framework/parallel.h"
 #include "ops/attention/attention_kernels.h"
 #include "ops/linear/linear_gemm_cpu.h"

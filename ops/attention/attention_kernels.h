@@ -6,7 +6,6 @@
 #pragma once
 
 #include "framework/device.h"
-#include "framework/error.h"
 #include "framework/tensor.h"
 
 namespace ampgrad::kernels {
@@ -20,32 +19,44 @@ struct AttentionShape {
   double scale = 1.0;  // the scores' factor, 1 / sqrt(D)
 };
 
+/// CUDA's fused kernels stage tiles of q, k, v (and their gradients) in shared memory: head sizes
+/// up to this; larger ones run the composed path there.
+inline constexpr int64_t kMaxFusedHeadSize = 128;
+
 // out [batch, Tq, Dv] in q's dtype; lse [batch, Tq, 2] float32: each row's log-normaliser for the
 // backward, in two parts (the row maximum m of the scaled, masked scores s and log sum_j exp(s_j -
-// m)), so that p = exp((s - m) - log_sum) never rounds m + log_sum at the scores' magnitude.
+// m)), so that p = exp((s - m) - log_sum) never rounds m + log_sum at the scores' magnitude. The
+// CPU takes float32, float16 and bfloat16; CUDA float16 and bfloat16 (tensor cores), D, Dv <=
+// kMaxFusedHeadSize.
 namespace cpu {
 void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, Tensor& out,
                      Tensor& lse);
 }
-// CPU only so far: on CUDA scaled_dot_product_attention runs its composed path.
+namespace cuda {
+void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, Tensor& out,
+                     Tensor& lse);
+}
 inline void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape,
                             Tensor& out, Tensor& lse) {
-  AG_CHECK(q.device() == Device::kCPU, "flash_attention: CPU only (the op falls back to the composed path elsewhere)");
-  cpu::flash_attention(q, k, v, shape, out, lse);
+  AG_ON_BACKEND(q.device(), flash_attention, q, k, v, shape, out, lse);
 }
 
 // dq, dk, dv (q's, k's, v's shapes and dtype) from the forward's out and lse and the output's
 // gradient dout: dv = P^T dout, dS = P (dout v^T - rowsum(dout out)), dq = dS k scale,
-// dk = dS^T q scale, with P recomputed tile by tile. Each is summed in float32 and rounded once.
+// dk = dS^T q scale, with P recomputed tile by tile. Each is summed in float32 and rounded once;
+// no atomics on either backend, so the gradients are deterministic.
 namespace cpu {
+void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                              const Tensor& dout, const AttentionShape& shape, Tensor& dq, Tensor& dk, Tensor& dv);
+}
+namespace cuda {
 void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& dout, const AttentionShape& shape, Tensor& dq, Tensor& dk, Tensor& dv);
 }
 inline void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& lse, const Tensor& dout, const AttentionShape& shape, Tensor& dq,
                                      Tensor& dk, Tensor& dv) {
-  AG_CHECK(q.device() == Device::kCPU, "flash_attention_backward: CPU only");
-  cpu::flash_attention_backward(q, k, v, out, lse, dout, shape, dq, dk, dv);
+  AG_ON_BACKEND(q.device(), flash_attention_backward, q, k, v, out, lse, dout, shape, dq, dk, dv);
 }
 
 }  // namespace ampgrad::kernels

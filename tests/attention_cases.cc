@@ -1,0 +1,131 @@
+// The fused-attention checks shared by the CPU and CUDA suites (see attention_cases.h).
+#include "attention_cases.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "framework/allocator.h"
+#include "ops/ops.h"
+
+namespace ampgrad::test {
+
+namespace {
+
+using ops::AttentionBackend;
+
+Tensor values(Shape shape, uint64_t seed, double magnitude = 1.0) {
+  return Tensor::from_vector(random_values(static_cast<size_t>(shape_numel(shape)), -magnitude, magnitude, seed), shape,
+                             DType::kFloat64);
+}
+
+TensorFn attention(AttentionBackend backend, bool causal) {
+  return [backend, causal](const std::vector<Tensor>& in) {
+    ops::AttentionBackendGuard guard(backend);
+    return ops::scaled_dot_product_attention(in[0], in[1], in[2], causal);
+  };
+}
+
+// |a - b| over the output and each of the three gradients, each relative to the largest |b| of
+// its tensor (or to 1, below which it is absolute: a gradient that is exactly 0 in float64, as
+// q's and k's are for one key, is as close as its rounding allows).
+std::vector<double> errors(const Evaluated& a, const Evaluated& b) {
+  const auto relative = [](const std::vector<double>& x, const std::vector<double>& y) {
+    double diff = 0.0, scale = 1.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, std::abs(x[i] - y[i]));
+      scale = std::max(scale, std::abs(y[i]));
+    }
+    return diff / scale;
+  };
+  std::vector<double> e{relative(a.out, b.out)};
+  for (size_t i = 0; i < b.grads.size(); ++i) e.push_back(relative(a.grads[i], b.grads[i]));
+  return e;
+}
+
+std::string to_string(const std::vector<double>& e) {
+  std::string text;
+  for (double v : e) text += (text.empty() ? "" : ", ") + std::to_string(v);
+  return "out, dq, dk, dv: " + text;
+}
+
+std::string name_of(const AttentionCase& c, DType dtype) {
+  return std::string(dtype_name(dtype)) + " [" + std::to_string(c.batch) + "," + std::to_string(c.heads) + "] Tq " +
+         std::to_string(c.tq) + " Tk " + std::to_string(c.tk) + " D " + std::to_string(c.d) + " Dv " +
+         std::to_string(c.dv) + (c.causal ? " causal" : "");
+}
+
+}  // namespace
+
+std::vector<AttentionCase> attention_cases() {
+  std::vector<AttentionCase> cases;
+  for (const bool causal : {false, true}) {
+    for (const int64_t t : {1, 63, 64, 65, 130}) {
+      for (const int64_t d : {16, 64, 80, 128}) {
+        cases.push_back({.batch = 1, .heads = 2, .tq = t, .tk = t, .d = d, .dv = d, .causal = causal});
+      }
+    }
+    cases.push_back({.batch = 1, .heads = 1, .tq = 1000, .tk = 1000, .d = 64, .dv = 64, .causal = causal});
+    cases.push_back({.batch = 2, .heads = 1, .tq = 65, .tk = 200, .d = 32, .dv = 48, .causal = causal});
+    cases.push_back({.batch = 1, .heads = 3, .tq = 200, .tk = 65, .d = 32, .dv = 16, .causal = causal});
+  }
+  return cases;
+}
+
+::testing::AssertionResult fused_attention_as_accurate_as_composed(Device device, const AttentionCase& c,
+                                                                   const std::vector<DType>& dtypes, double magnitude) {
+  const std::vector<Tensor> inputs = {values({c.batch, c.heads, c.tq, c.d}, 1, magnitude),
+                                      values({c.batch, c.heads, c.tk, c.d}, 2, magnitude),
+                                      values({c.batch, c.heads, c.tk, c.dv}, 3)};
+  for (DType dtype : dtypes) {
+    // float64 on the values as `dtype` stores them: the paths are judged on their own rounding.
+    std::vector<Tensor> stored;
+    for (const Tensor& t : inputs) stored.push_back(t.to(dtype).to(DType::kFloat64));
+    const Evaluated exact = evaluate(attention(AttentionBackend::kComposed, c.causal), stored, DType::kFloat64);
+    const Evaluated fused = evaluate(attention(AttentionBackend::kFused, c.causal), inputs, dtype, device);
+    const Evaluated composed = evaluate(attention(AttentionBackend::kComposed, c.causal), inputs, dtype, device);
+    const std::vector<double> fused_errors = errors(fused, exact), composed_errors = errors(composed, exact);
+    const double fused_error = *std::max_element(fused_errors.begin(), fused_errors.end());
+    const double composed_error = *std::max_element(composed_errors.begin(), composed_errors.end());
+    if (fused_error > 1.25 * composed_error + 2 * eps(dtype) ||
+        fused_error > 64 * eps(dtype) * std::max(1.0, magnitude * magnitude)) {
+      return ::testing::AssertionFailure() << name_of(c, dtype) << " on " << device_name(device) << ": fused "
+                                           << to_string(fused_errors) << "; composed " << to_string(composed_errors);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult fused_attention_keeps_no_scores(Device device, DType dtype) {
+  constexpr int64_t kT = 1024, kD = 64, kHeads = 2;
+  const int64_t scores_bytes = kT * kT * 4;
+  std::vector<Tensor> qkv;
+  for (uint64_t seed : {1, 2, 3}) {
+    qkv.push_back(values({1, kHeads, kT, kD}, seed).to(dtype).to(device));
+    qkv.back().set_requires_grad(true);
+  }
+  allocator_for(device).reset_peak();
+  const int64_t live = memory_stats(device).current_bytes;
+  const Tensor out = ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true);
+  if (out.grad_fn()->name() != "scaled_dot_product_attention") {
+    return ::testing::AssertionFailure() << "the composed path ran (" << out.grad_fn()->name() << ")";
+  }
+  const int64_t kept = memory_stats(device).current_bytes - live;
+  const int64_t allowed = out.numel() * static_cast<int64_t>(dtype_info(dtype).size) + kHeads * kT * 8 + 4096;
+  if (kept > allowed) {
+    return ::testing::AssertionFailure() << "the forward keeps " << kept << " bytes; the output and each row's "
+                                         << "log-normaliser take " << allowed - 4096;
+  }
+  ops::sum(out).backward();
+  const int64_t peak = memory_stats(device).peak_bytes - live;
+  if (peak >= scores_bytes) {
+    return ::testing::AssertionFailure() << "forward and backward held " << peak << " bytes at once, one head's "
+                                         << "scores are " << scores_bytes;
+  }
+  for (const Tensor& t : qkv) {
+    if (!all_finite(t.grad())) return ::testing::AssertionFailure() << "a non-finite gradient";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace ampgrad::test

@@ -1,0 +1,35 @@
+// The fused-attention checks shared by the CPU suite (attention_test.cc) and the CUDA one
+// (cuda_kernels_test.cc): on one device, the fused scaled_dot_product_attention against float64
+// and against the composed path, values and the gradients of q, k and v.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "test_util.h"
+
+namespace ampgrad::test {
+
+struct AttentionCase {
+  int64_t batch = 1, heads = 1, tq = 1, tk = 1, d = 16, dv = 16;
+  bool causal = false;
+};
+
+/// Ragged lengths (1, 63, 64, 65, 130) x head sizes (16, 64, 80, 128), causal or not; then long
+/// (1000) and unequal (Tq 65 / Tk 200, Tq 200 / Tk 65, with Dv != D) sequences.
+std::vector<AttentionCase> attention_cases();
+
+/// For each of `dtypes` on `device`: the fused path's worst error (output and each gradient,
+/// relative to its largest |value| or to 1) against float64 on the values as the dtype stores
+/// them is at most 1.25x the composed path's plus 2 eps, and within 64 eps (x magnitude^2). q and
+/// k are uniform in [-magnitude, magnitude], v in [-1, 1].
+::testing::AssertionResult fused_attention_as_accurate_as_composed(Device device, const AttentionCase& c,
+                                                                   const std::vector<DType>& dtypes,
+                                                                   double magnitude = 1.0);
+
+/// Causal attention at T = 1024 over 2 heads of 64 on `device` in `dtype`: the forward keeps the
+/// output and each row's log-normaliser only, and forward plus backward never hold one head's
+/// float32 scores (4 MiB).
+::testing::AssertionResult fused_attention_keeps_no_scores(Device device, DType dtype);
+
+}  // namespace ampgrad::test
