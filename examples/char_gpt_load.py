@@ -29,8 +29,9 @@ def main():
     torch.manual_seed(0)
     with torch.no_grad():
         for _ in range(200):
-            logits = model(torch.tensor([ids[-model.transformer.wpe.num_embeddings:]]))
-            ids.append(torch.multinomial(torch.softmax(logits[0, -1], -1), 1).item())
+            logits = model(torch.tensor([ids[-model.transformer.wpe.num_embeddings:]]))[0, -1]
+            logits[len(vocab):] = float("-inf")  # classes padded past the text's (--vocab) have no byte
+            ids.append(torch.multinomial(torch.softmax(logits, -1), 1).item())
     print(bytes(vocab[i] for i in ids).decode(errors="replace"))
 
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <functional>
 #include <unordered_map>
+#include <vector>
 
 #include "framework/autograd.h"
 #include "framework/error.h"
@@ -36,10 +37,13 @@ struct CacheKeyHash {
   }
 };
 
+using Cache = std::unordered_map<CacheKey, CacheEntry, CacheKeyHash>;
+
 struct ThreadState {
   std::array<State, kNumDevices> per_device;
   size_t depth = 0;
-  std::unordered_map<CacheKey, CacheEntry, CacheKeyHash> cache;
+  Cache cache;
+  std::vector<Cache> outer_caches;  // set aside by IsolatedCastCache, innermost last
 };
 
 thread_local ThreadState tls;
@@ -74,6 +78,15 @@ void exit_region() {
   if (--tls.depth == 0) tls.cache.clear();
 }
 size_t cache_size() { return tls.cache.size(); }
+
+IsolatedCastCache::IsolatedCastCache() {
+  tls.outer_caches.push_back(std::move(tls.cache));
+  tls.cache = Cache{};
+}
+IsolatedCastCache::~IsolatedCastCache() {
+  tls.cache = std::move(tls.outer_caches.back());
+  tls.outer_caches.pop_back();
+}
 
 DType float32_result_dtype(const Tensor& input) {
   return is_low_precision(input.dtype()) && state(input.device()).enabled ? DType::kFloat32 : input.dtype();

@@ -47,6 +47,18 @@ void enter_region();
 void exit_region();
 size_t cache_size();  // number of cached casts (for tests)
 
+/// While it lives, this thread's cast cache is a fresh, empty one: the casts made meanwhile are
+/// dropped when it ends and the outer cache comes back. Activation checkpointing runs its function
+/// so, in the forward and in the recompute, so that the function makes its own casts both times
+/// (the same graph twice) and none of them outlives it.
+class IsolatedCastCache {
+ public:
+  IsolatedCastCache();
+  ~IsolatedCastCache();
+  IsolatedCastCache(const IsolatedCastCache&) = delete;
+  IsolatedCastCache& operator=(const IsolatedCastCache&) = delete;
+};
+
 /// Applies `info.cast_policy` to an op's inputs in place (undefined inputs are left alone).
 /// Casts are ordinary differentiable ops, so gradients flow back in the source dtype.
 void cast_inputs(const OpInfo& info, std::span<Tensor> inputs);

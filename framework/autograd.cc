@@ -213,19 +213,25 @@ class LeafHookCounts {
 
 // The gradients a pass hands back instead of accumulating them (grad()): one slot per target leaf.
 struct detail::Captures {
-  std::unordered_map<const TensorImpl*, size_t> index;  // target -> its slot
+  std::unordered_map<const TensorImpl*, size_t> leaf_index;  // target leaf -> its slot
+  std::unordered_map<const Node*, size_t> node_index;        // target node -> its slot
   std::vector<Tensor> grads;
   Tensor* slot(const TensorImpl* leaf) {
-    const auto it = index.find(leaf);
-    return it == index.end() ? nullptr : &grads[it->second];
+    const auto it = leaf_index.find(leaf);
+    return it == leaf_index.end() ? nullptr : &grads[it->second];
+  }
+  Tensor* slot(const Node* node) {
+    const auto it = node_index.find(node);
+    return it == node_index.end() ? nullptr : &grads[it->second];
   }
 };
 
 namespace {
 
-// Sums g into a capture slot: the first as it is, later ones into a fresh buffer.
-void capture_into(Tensor& slot, const TensorImpl& leaf, Tensor&& g) {
-  if (g.dtype() != leaf.dtype) g = g.to(leaf.dtype);
+// Sums g into a capture slot: the first as it is, later ones into a fresh buffer. A leaf's
+// gradient takes the leaf's dtype, as accumulation would give it.
+void capture_into(Tensor& slot, const TensorImpl* leaf, Tensor&& g) {
+  if (leaf != nullptr && g.dtype() != leaf->dtype) g = g.to(leaf->dtype);
   if (!slot.defined()) {
     slot = std::move(g);
     return;
@@ -246,20 +252,36 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain) {
   detail::backward_pass(root, grad, retain, nullptr);
 }
 
-std::vector<Tensor> grad(const Tensor& root, const Tensor& grad_output, const std::vector<Tensor>& leaves) {
+std::vector<Tensor> edge_grads(const Tensor& root, const Tensor& grad_output, const std::vector<Edge>& targets) {
   detail::Captures captures;
+  for (const Edge& target : targets) {
+    AG_CHECK((target.leaf != nullptr) != (target.node != nullptr), "grad: a target is a leaf or a node, not both");
+    const size_t next = captures.grads.size();
+    if (target.leaf ? captures.leaf_index.try_emplace(target.leaf.get(), next).second
+                    : captures.node_index.try_emplace(target.node.get(), next).second) {
+      captures.grads.emplace_back();
+    }
+  }
+  detail::backward_pass(root, grad_output, RetainGraph::kNo, &captures);
+  std::vector<Tensor> grads;  // one per target, a repeated target's too
+  grads.reserve(targets.size());
+  for (const Edge& target : targets) {
+    grads.push_back(target.leaf ? *captures.slot(target.leaf.get()) : *captures.slot(target.node.get()));
+  }
+  return grads;
+}
+
+std::vector<Tensor> grad(const Tensor& root, const Tensor& grad_output, const std::vector<Tensor>& leaves) {
+  std::vector<Edge> targets;
   for (const Tensor& leaf : leaves) {
     AG_CHECK(leaf.defined() && leaf.requires_grad() && !leaf.grad_fn(), "grad: every target must be a leaf that ",
              "requires grad, got ", leaf.defined() ? leaf.to_string() : std::string("an undefined tensor"));
-    captures.index.try_emplace(leaf.impl(), captures.index.size());
+    targets.push_back({.node = nullptr, .leaf = leaf.impl_ptr()});
   }
-  captures.grads.resize(captures.index.size());
-  detail::backward_pass(root, grad_output, RetainGraph::kNo, &captures);
-  std::vector<Tensor> grads;  // one per target, a repeated target's too
-  grads.reserve(leaves.size());
-  for (const Tensor& leaf : leaves) grads.push_back(*captures.slot(leaf.impl()));
-  return grads;
+  return edge_grads(root, grad_output, targets);
 }
+
+uint64_t next_sequence_nr() { return tape_position.load(std::memory_order_relaxed); }
 
 void detail::backward_pass(const Tensor& root, const Tensor& grad, RetainGraph retain, Captures* captures) {
   AG_CHECK(root.defined(), "backward() on an undefined tensor");
@@ -279,11 +301,12 @@ void detail::backward_pass(const Tensor& root, const Tensor& grad, RetainGraph r
   NoGradGuard no_grad;  // backward formulas are not themselves recorded
   static std::atomic<uint64_t> passes{0};
   const uint64_t pass = ++passes;
+  if (captures != nullptr) {  // a root that is itself a target: its gradient is the seed
+    Tensor* slot = root.grad_fn() ? captures->slot(root.grad_fn().get()) : captures->slot(root.impl());
+    if (slot != nullptr) return capture_into(*slot, root.grad_fn() ? nullptr : root.impl(), std::move(seed));
+    if (!root.grad_fn()) return;
+  }
   if (!root.grad_fn()) {
-    if (captures != nullptr) {
-      if (Tensor* slot = captures->slot(root.impl())) capture_into(*slot, *root.impl(), std::move(seed));
-      return;
-    }
     accumulate_into_leaf(*root.impl(), std::move(seed), pass);
     run_post_accumulate_hooks(root.impl_ptr());
     return;
@@ -310,6 +333,7 @@ void detail::backward_pass(const Tensor& root, const Tensor& grad, RetainGraph r
     order.push_back(node);
     for (const Edge& edge : node->next_edges) {
       if (captures == nullptr) leaf_hooks.expect(edge);  // grad() accumulates nothing: no hooks run
+      if (captures != nullptr && edge.node && captures->slot(edge.node.get())) continue;  // a target: not run
       if (edge.node && edge.node->visited_pass_ != pass) {
         edge.node->visited_pass_ = pass;
         stack.push_back(edge.node.get());
@@ -348,7 +372,9 @@ void detail::backward_pass(const Tensor& root, const Tensor& grad, RetainGraph r
       Tensor& g = grad_inputs[i];
       if (!g.defined()) continue;
       if (edge.leaf && captures != nullptr) {
-        if (Tensor* slot = captures->slot(edge.leaf.get())) capture_into(*slot, *edge.leaf, std::move(g));
+        if (Tensor* slot = captures->slot(edge.leaf.get())) capture_into(*slot, edge.leaf.get(), std::move(g));
+      } else if (edge.node && captures != nullptr && captures->slot(edge.node.get())) {
+        capture_into(*captures->slot(edge.node.get()), nullptr, std::move(g));
       } else if (edge.leaf) {
         accumulate_into_leaf(*edge.leaf, std::move(g), pass);
         leaf_hooks.accumulated(edge);

@@ -153,6 +153,17 @@ void run_backward(const Tensor& root, const Tensor& grad, RetainGraph retain);
 /// released as by backward().
 std::vector<Tensor> grad(const Tensor& root, const Tensor& grad_output, const std::vector<Tensor>& leaves);
 
+/// grad() for targets given as edges: Edge{.leaf} for a leaf, Edge{.node} for a node, whose
+/// gradient is that of its output; the pass stops at a node target (it is not run, nor anything
+/// only it leads to). A returned gradient may alias grad_output (an identity graph). Activation
+/// checkpointing takes its function's gradients so, stopping where the function read a tensor
+/// that carries a graph of its own.
+std::vector<Tensor> edge_grads(const Tensor& root, const Tensor& grad_output, const std::vector<Edge>& targets);
+
+/// The sequence number the next recorded node will get: nodes numbered below it were recorded
+/// before now.
+uint64_t next_sequence_nr();
+
 /// The leaves that a backward from `root` reaches, in the order it first writes their gradients:
 /// it replays nodes by descending sequence_nr, and a leaf is first written by the first of its
 /// consumers to run. Reads only the graph's edges, which a backward keeps, so it may be called

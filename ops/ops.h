@@ -128,6 +128,8 @@ enum class AttentionBackend : uint8_t {
   kFused,     ///< fused, or an Error saying why it does not apply
   kComposed,  ///< matmul and softmax, recorded op by op (the reference the fused kernel is tested against)
 };
+/// The backend scaled_dot_product_attention uses on this thread now.
+AttentionBackend attention_backend();
 /// While it lives, scaled_dot_product_attention on this thread uses `backend`
 /// (torch.nn.attention.sdpa_kernel); guards nest.
 class AttentionBackendGuard {

@@ -1,16 +1,20 @@
 // utils::checkpoint and the grad() it builds on: gradients bit for bit those of the plain forward
-// (a GPT with dropout in FP32, BF16 autocast and FP16 autocast with a GradScaler, and nested
-// checkpoints), the random generator left as without checkpointing, the activation memory it
-// saves, parameter hooks that see the whole gradient once, and the errors.
+// (a GPT with dropout in FP32, BF16 autocast and FP16 autocast with a GradScaler, nested
+// checkpoints, tensors with a graph of their own read by fn, inputs without gradients, the
+// attention backend), the random generator left as without checkpointing, the activation memory
+// it saves (under autocast too), parameter hooks that see the whole gradient once, and the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
 #include "examples/gpt.h"
 #include "framework/allocator.h"
+#include "framework/autocast.h"
 #include "framework/autograd.h"
 #include "framework/random.h"
 #include "nn/linear.h"
@@ -45,6 +49,21 @@ TEST(Grad, ReturnsTheGradientsInsteadOfAccumulatingThem) {
                                      {"grad", "leaf"}));
 }
 
+// The nodes named `name` a backward from `root` would run.
+int count_nodes(const Tensor& root, std::string_view name) {
+  int count = 0;
+  std::vector<const ag::Node*> stack{root.grad_fn().get()}, seen;
+  while (!stack.empty()) {
+    const ag::Node* node = stack.back();
+    stack.pop_back();
+    if (node == nullptr || std::find(seen.begin(), seen.end(), node) != seen.end()) continue;
+    seen.push_back(node);
+    if (node->name() == name) ++count;
+    for (const ag::Edge& e : node->next_edges) stack.push_back(e.node.get());
+  }
+  return count;
+}
+
 enum class Mode { kFloat32, kBFloat16, kFloat16Scaled };
 
 struct GptRun {
@@ -71,6 +90,7 @@ GptRun run_gpt(Mode mode, bool checkpoint) {
                                     /*enabled=*/mode != Mode::kFloat32);
     loss = ag::ops::cross_entropy(ag::ops::reshape(model(x), {2 * 24, 37}), y);
   }
+  EXPECT_EQ(count_nodes(loss, "checkpoint"), checkpoint ? 2 : 0) << "one per block";
   (mode == Mode::kFloat16Scaled ? scaler.scale(loss) : loss).backward();
   GptRun run{.grads = {}, .loss = loss.item(), .rng_after = ag::random::get_state()};
   for (const Tensor& p : model.parameters()) run.grads.push_back(p.grad().to_double_vector());
@@ -109,6 +129,10 @@ TEST(Checkpoint, NestedCheckpointsGiveThePlainGradients) {
     const Tensor h = ag::ops::gelu(stack.layers[0](in[0]));
     return ag::ops::gelu(stack.layers[2](ag::utils::checkpoint(inner, {h})));
   };
+  const auto plain = [&](const std::vector<Tensor>& in) {
+    const Tensor h = ag::ops::gelu(stack.layers[0](in[0]));
+    return ag::ops::gelu(stack.layers[2](inner({h})));
+  };
   const auto grads_of = [&](bool checkpoint) {
     ag::manual_seed(2);
     Tensor x = ag::randn({8, 256});
@@ -117,10 +141,13 @@ TEST(Checkpoint, NestedCheckpointsGiveThePlainGradients) {
       l.weight.set_grad(Tensor());
       l.bias.set_grad(Tensor());
     }
-    const Tensor out = checkpoint ? ag::utils::checkpoint(outer, {x}) : outer({x});
+    const Tensor out = checkpoint ? ag::utils::checkpoint(outer, {x}) : plain({x});
     ag::ops::sum(out * out).backward();
     std::vector<std::vector<double>> g{x.grad().to_double_vector()};
-    for (int i = 0; i < 3; ++i) g.push_back(stack.layers[static_cast<size_t>(i)].weight.grad().to_double_vector());
+    for (int i = 0; i < 3; ++i) {
+      g.push_back(stack.layers[static_cast<size_t>(i)].weight.grad().to_double_vector());
+      g.push_back(stack.layers[static_cast<size_t>(i)].bias.grad().to_double_vector());
+    }
     return g;
   };
   EXPECT_EQ(grads_of(true), grads_of(false));
@@ -160,6 +187,90 @@ TEST(Checkpoint, AParametersHookRunsOnceWithItsWholeGradient) {
   ASSERT_EQ(seen.size(), 2u) << "one call per backward";
   EXPECT_EQ(seen[0], checkpointed);
   EXPECT_EQ(seen[0], seen[1]);
+}
+
+TEST(Checkpoint, ATensorWithAGraphOfItsOwnThatFnReadsGetsItsGradientOnce) {
+  // c = 2a is made outside fn, read by two checkpoints and used after them too (as an encoder's
+  // output is by cross-attention): the mul node that made it runs once, in the outer backward.
+  const auto grads = [](bool checkpoint) {
+    const Tensor a = leaf({1, -2, 3}, {3}), x = leaf({0.5f, 0.25f, -1}, {3});
+    const Tensor c = a * 2.0f;
+    const auto fn = [&c](const std::vector<Tensor>& in) { return ag::ops::tanh(in[0] * c); };
+    const auto run = [&](const std::vector<Tensor>& in) { return checkpoint ? ag::utils::checkpoint(fn, in) : fn(in); };
+    ag::ops::sum(run({x}) + run({x * x}) + c).backward();
+    return std::vector<std::vector<float>>{a.grad().to_vector(), x.grad().to_vector()};
+  };
+  EXPECT_EQ(grads(true), grads(false));
+}
+
+TEST(Checkpoint, InputsWithoutGradientsAndAReturnedParameter) {
+  const Tensor w = leaf({1, 2, 3, 4, 5, 6}, {3, 2});
+  const Tensor scale = Tensor::from_vector(std::vector<float>{2, 3}, {2});  // needs no gradient
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{2, 0, 2}, {3});
+  const auto fn = [&w](const std::vector<Tensor>& in) { return ag::ops::embedding(in[0], w) * in[2]; };
+  ag::ops::sum(ag::utils::checkpoint(fn, {ids, Tensor(), scale})).backward();
+  const std::vector<float> checkpointed = w.grad().to_vector();
+  Tensor(w).set_grad(Tensor());
+  ag::ops::sum(fn({ids, Tensor(), scale})).backward();
+  EXPECT_EQ(checkpointed, w.grad().to_vector());
+
+  // fn returning a tensor it reads (not an input): its gradient must still arrive.
+  Tensor(w).set_grad(Tensor());
+  const Tensor x = leaf({1}, {1});
+  ag::ops::sum(ag::utils::checkpoint([&w](const std::vector<Tensor>&) { return w; }, {x})).backward();
+  EXPECT_EQ(w.grad().to_vector(), std::vector<float>(6, 1.0f));
+}
+
+TEST(Checkpoint, UnderAutocastFnsCastsAreItsOwnAndDoNotOutliveIt) {
+  // A linear first (as an MLP block's): without its own cast cache, the 16-bit copy of the
+  // checkpoint's input would be cached, and kept, until the autocast region ends.
+  ag::manual_seed(4);
+  Stack stack(4);
+  Tensor x = ag::randn({512, 256});
+  x.set_requires_grad(true);
+  ag::amp::AutocastGuard autocast(ag::Device::kCPU, DType::kBFloat16);
+  const size_t cached = ag::autocast::cache_size();
+  const int64_t before = ag::memory_stats(ag::Device::kCPU).current_bytes;
+  const Tensor out = ag::utils::checkpoint([&](const std::vector<Tensor>& in) { return stack(in[0]); }, {x});
+  EXPECT_EQ(ag::autocast::cache_size(), cached);
+  EXPECT_LE(ag::memory_stats(ag::Device::kCPU).current_bytes - before, out.numel() * 2 + 4096) << "the output only";
+  const Tensor plain_out = stack(x);
+  EXPECT_EQ(out.to_double_vector(), plain_out.to_double_vector());
+  ag::ops::sum(out).backward();
+  const std::vector<double> checkpointed = stack.layers[0].weight.grad().to_double_vector();
+  stack.layers[0].weight.set_grad(Tensor());
+  ag::ops::sum(plain_out).backward();
+  EXPECT_EQ(checkpointed, stack.layers[0].weight.grad().to_double_vector());
+}
+
+TEST(Checkpoint, TheRecomputeUsesTheForwardsAttentionBackend) {
+  const auto grads = [](bool checkpoint) {
+    Tensor q = Tensor::from_vector(ag::test::random_values(2 * 40 * 16, -1, 1, 9), {2, 40, 16});
+    q.set_requires_grad(true);
+    const auto fn = [](const std::vector<Tensor>& in) {
+      return ag::ops::scaled_dot_product_attention(in[0], in[0], in[0], true);
+    };
+    Tensor out;
+    {
+      ag::ops::AttentionBackendGuard composed(ag::ops::AttentionBackend::kComposed);
+      out = checkpoint ? ag::utils::checkpoint(fn, {q}) : fn({q});
+    }
+    ag::ops::sum(out).backward();  // outside the guard
+    return q.grad().to_double_vector();
+  };
+  EXPECT_EQ(grads(true), grads(false));
+}
+
+TEST(Checkpoint, AnInputFnModifiesInPlaceIsAnError) {
+  const Tensor x = leaf({1, 2, 3}, {3});
+  const auto fn = [](const std::vector<Tensor>& in) {
+    Tensor y = in[0];
+    y.data<float>()[0] = 5.0f;  // what an in-place op would do
+    y.bump_version();
+    return ag::ops::tanh(y);
+  };
+  const Tensor out = ag::utils::checkpoint(fn, {x});
+  EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::sum(out).backward(); }, {"checkpoint", "input 0", "in place"}));
 }
 
 TEST(Checkpoint, AnInputModifiedAfterTheForwardIsAnError) {

@@ -99,6 +99,8 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
 
 }  // namespace
 
+AttentionBackend attention_backend() { return tls_backend; }
+
 AttentionBackendGuard::AttentionBackendGuard(AttentionBackend backend) : previous_(tls_backend) {
   tls_backend = backend;
 }
