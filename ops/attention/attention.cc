@@ -59,7 +59,9 @@ struct FusedAttention {
     Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
     Tensor dk = Tensor::empty(k.shape(), k.dtype(), k.device());
     Tensor dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-    kernels::flash_attention_backward(q, k, v, saved[3], lse, dout, shape_of(q, k, v), dq, dk, dv);
+    // The output's gradient in its dtype (the kernels read it so; the engine does not promise it).
+    const Tensor g = dout.dtype() == q.dtype() ? dout : dout.to(q.dtype());
+    kernels::flash_attention_backward(q, k, v, saved[3], lse, g, shape_of(q, k, v), dq, dk, dv);
     return {dq, dk, dv};
   }
 };

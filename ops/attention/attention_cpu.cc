@@ -38,7 +38,8 @@ MatrixView floats(const float* data, int64_t row_stride) {
   return {.data = data, .dtype = DType::kFloat32, .row_stride = row_stride, .col_stride = 1};
 }
 
-// c [m, n] (row-major float) = a b, single-threaded here: it runs inside a pool task.
+// c [m, n] (row-major float) = a b. Inside a pool task it runs on the calling thread; its bits do
+// not depend on that either way.
 void gemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView& b, float* c) {
   sgemm(m, n, k, a, b, MatrixView{}, c, DType::kFloat32);
 }

@@ -6,7 +6,8 @@
 //     O += P V with P rounded to the inputs' dtype (as FlashAttention's), then O / l.
 //   backward: delta = rowsum(dO * O); one block per key tile writes dK and dV, one block per query
 //     tile writes dQ, each recomputing P from the forward's (max, log_sum): no atomics, so the
-//     gradients are deterministic.
+//     gradients are deterministic. P and dS are rounded to the inputs' dtype before their products
+//     (dV = P^T dO; dK, dQ from dS), as FlashAttention's are; the CPU keeps them in float32.
 #include <mma.h>
 
 #include <limits>
@@ -233,9 +234,10 @@ __device__ void probabilities_and_score_grads(const Params& p, int64_t b, int64_
   }
 }
 
-size_t backward_smem(const Params& p, size_t elem) {
+// The kv kernel's tiles (q, k, v, dO, S, dP, P, dS, dK and dV); the q kernel's lack dV's.
+size_t backward_smem(const Params& p, size_t elem, bool with_dv) {
   return piece(kTile * p.dp * elem) * 2 + piece(kTile * p.dvp * elem) * 2 + piece(kTile * kTile * 4) * 2 +
-         piece(kTile * kTile * elem) * 2 + piece(kTile * p.dp * 4) + piece(kTile * p.dvp * 4);
+         piece(kTile * kTile * elem) * 2 + piece(kTile * p.dp * 4) + (with_dv ? piece(kTile * p.dvp * 4) : 0);
 }
 
 // One block per (key tile, batch entry): dK and dV of its keys, over every query tile that sees them.
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(kBlock) flash_backward_kv_kernel(const T* q, c
   for (int idx = threadIdx.x; idx < kTile * p.dp; idx += blockDim.x) dk_acc[idx] = 0.0f;
   for (int idx = threadIdx.x; idx < kTile * p.dvp; idx += blockDim.x) dv_acc[idx] = 0.0f;
   // Causal: query rows before j0 see none of these keys.
-  for (int64_t i0 = p.causal ? j0 / kTile * kTile : 0; i0 < p.tq; i0 += kTile) {
+  for (int64_t i0 = p.causal ? j0 : 0; i0 < p.tq; i0 += kTile) {
     __syncthreads();  // the previous query tile is no longer read
     load_tile(qs, q + b * p.tq * p.d, i0, p.tq, p.d, p.dp);
     load_tile(dos, dout + b * p.tq * p.dv, i0, p.tq, p.dv, p.dvp);
@@ -327,6 +329,8 @@ __global__ void __launch_bounds__(kBlock) flash_backward_q_kernel(const T* q, co
 Params params_of(const AttentionShape& s) {
   AG_CHECK(s.d <= kMaxFusedHeadSize && s.dv <= kMaxFusedHeadSize, "flash_attention (CUDA): head sizes ", s.d, " and ",
            s.dv, " must be at most ", kMaxFusedHeadSize);
+  AG_CHECK(s.batch >= 1 && s.batch <= 65535, "flash_attention (CUDA): ", s.batch,
+           " batch entries (B x H) must be in [1, 65535], the grid's y limit");
   return {.tq = s.tq,
           .tk = s.tk,
           .d = static_cast<int>(s.d),
@@ -342,7 +346,6 @@ unsigned tiles(int64_t rows) { return static_cast<unsigned>((rows + kTile - 1) /
 // Launches `kernel` with `smem` bytes of dynamic shared memory (over the default 48 KiB on request).
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, dim3 grid, size_t smem, const char* name, Args... args) {
-  AG_CHECK(grid.y <= 65535, "flash_attention (CUDA): ", grid.y, " batch entries exceed the grid's 65535");
   AG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<grid, kBlock, smem>>>(args...);
   AG_CUDA_CHECK_LAUNCH(name);
@@ -385,11 +388,12 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
     delta_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads>>>(
         static_cast<const T*>(out.data_ptr()), gp, rows, p.dv, delta_p);
     AG_CUDA_CHECK_LAUNCH("delta_kernel");
-    const size_t smem = backward_smem(p, sizeof(T));
-    launch(flash_backward_kv_kernel<T>, dim3(tiles(p.tk), static_cast<unsigned>(shape.batch)), smem,
+    launch(flash_backward_kv_kernel<T>, dim3(tiles(p.tk), static_cast<unsigned>(shape.batch)),
+           backward_smem(p, sizeof(T), /*with_dv=*/true),
            "flash_backward_kv_kernel", qp, kp, vp, gp, lp, static_cast<const float*>(delta_p),
            static_cast<T*>(dk.data_ptr()), static_cast<T*>(dv.data_ptr()), p);
-    launch(flash_backward_q_kernel<T>, dim3(tiles(p.tq), static_cast<unsigned>(shape.batch)), smem,
+    launch(flash_backward_q_kernel<T>, dim3(tiles(p.tq), static_cast<unsigned>(shape.batch)),
+           backward_smem(p, sizeof(T), /*with_dv=*/false),
            "flash_backward_q_kernel", qp, kp, vp, gp, lp, static_cast<const float*>(delta_p),
            static_cast<T*>(dq.data_ptr()), p);
   });

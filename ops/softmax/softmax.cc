@@ -83,7 +83,8 @@ struct CrossEntropy {
     saved.save(target);
     const int64_t n = input.size(0);
     // Losses in float32 for 16-bit scores: a float16 sum of 40000 losses of ~2 overflows, and 70000
-    // samples cannot be counted in float16 at all. The result is rounded once at the end.
+    // samples cannot be counted in float16 at all. A 16-bit result (outside autocast) is rounded
+    // from the float32 sum, mean or per-sample loss.
     const DType acc = accumulation_dtype(input.dtype());
     const DType result = autocast::float32_result_dtype(input);
     Tensor losses = Tensor::empty({n}, acc, input.device());
