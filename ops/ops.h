@@ -134,6 +134,7 @@ AttentionBackend attention_backend();
 /// (torch.nn.attention.sdpa_kernel); guards nest.
 class AttentionBackendGuard {
  public:
+  /// Uses `backend` on this thread until the guard ends (then the previous one again).
   explicit AttentionBackendGuard(AttentionBackend backend);
   ~AttentionBackendGuard();
   AttentionBackendGuard(const AttentionBackendGuard&) = delete;
