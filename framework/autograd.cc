@@ -396,6 +396,19 @@ void detail::backward_pass(const Tensor& root, const Tensor& grad, RetainGraph r
   }
 }
 
+void walk_graph(const Node& root, const std::function<bool(const Node&, size_t)>& visit) {
+  std::unordered_set<const Node*> seen{&root};
+  std::vector<const Node*> stack{&root};
+  while (!stack.empty()) {
+    const Node* node = stack.back();
+    stack.pop_back();
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Node* next = node->next_edges[i].node.get();
+      if (visit(*node, i) && next != nullptr && seen.insert(next).second) stack.push_back(next);
+    }
+  }
+}
+
 std::vector<const TensorImpl*> leaves_in_backward_order(const Tensor& root) {
   if (!root.defined() || !root.requires_grad()) return {};
   if (!root.grad_fn()) return {root.impl()};
@@ -406,22 +419,15 @@ std::vector<const TensorImpl*> leaves_in_backward_order(const Tensor& root) {
     size_t edge;
   };
   std::unordered_map<const TensorImpl*, FirstWrite> first_writes;
-  std::unordered_set<const Node*> seen{root.grad_fn().get()};
-  std::vector<const Node*> stack{root.grad_fn().get()};
-  while (!stack.empty()) {
-    const Node* node = stack.back();
-    stack.pop_back();
-    for (size_t i = 0; i < node->next_edges.size(); ++i) {
-      const Edge& edge = node->next_edges[i];
-      if (edge.leaf) {
-        const FirstWrite here{node->sequence_nr(), i};
-        auto [it, fresh] = first_writes.try_emplace(edge.leaf.get(), here);
-        if (!fresh && here.sequence_nr > it->second.sequence_nr) it->second = here;
-      } else if (edge.node && seen.insert(edge.node.get()).second) {
-        stack.push_back(edge.node.get());
-      }
+  walk_graph(*root.grad_fn(), [&](const Node& node, size_t i) {
+    const Edge& edge = node.next_edges[i];
+    if (edge.leaf) {
+      const FirstWrite here{node.sequence_nr(), i};
+      auto [it, fresh] = first_writes.try_emplace(edge.leaf.get(), here);
+      if (!fresh && here.sequence_nr > it->second.sequence_nr) it->second = here;
     }
-  }
+    return true;
+  });
   std::vector<std::pair<FirstWrite, const TensorImpl*>> writes;
   writes.reserve(first_writes.size());
   for (const auto& [leaf, write] : first_writes) writes.emplace_back(write, leaf);

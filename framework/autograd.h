@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <utility>
@@ -163,6 +164,11 @@ std::vector<Tensor> edge_grads(const Tensor& root, const Tensor& grad_output, co
 /// The sequence number the next recorded node will get: nodes numbered below it were recorded
 /// before now.
 uint64_t next_sequence_nr();
+
+/// Walks the graph below `root` as a backward would reach it, each node once (depth first):
+/// visit(node, i) is called for each edge i of each node reached, and the walk goes on into that
+/// edge's node when it returns true.
+void walk_graph(const Node& root, const std::function<bool(const Node&, size_t)>& visit);
 
 /// The leaves that a backward from `root` reaches, in the order it first writes their gradients:
 /// it replays nodes by descending sequence_nr, and a leaf is first written by the first of its

@@ -66,29 +66,21 @@ std::vector<Edge> exits_of(const Tensor& root, const std::vector<Tensor>& own, u
   };
   std::vector<Exit> exits;
   std::unordered_map<const void*, size_t> exit_of;  // leaf or node -> its entry in exits
-  std::unordered_set<const Node*> seen{root.grad_fn().get()};
-  std::vector<const Node*> stack{root.grad_fn().get()};
-  while (!stack.empty()) {
-    const Node* node = stack.back();
-    stack.pop_back();
-    for (size_t i = 0; i < node->next_edges.size(); ++i) {
-      const Edge& edge = node->next_edges[i];
-      const bool outside_node = edge.node && edge.node->sequence_nr() < first_node;
-      const bool outside_leaf = edge.leaf && own_leaves.count(edge.leaf.get()) == 0;
-      if (outside_node || outside_leaf) {
-        const void* key = edge.leaf ? static_cast<const void*>(edge.leaf.get()) : edge.node.get();
-        const auto [it, fresh] = exit_of.try_emplace(key, exits.size());
-        if (fresh) {
-          exits.push_back({edge, node->sequence_nr(), i});
-        } else if (node->sequence_nr() > exits[it->second].consumer) {
-          exits[it->second].consumer = node->sequence_nr();
-          exits[it->second].index = i;
-        }
-      } else if (edge.node && seen.insert(edge.node.get()).second) {
-        stack.push_back(edge.node.get());
-      }
+  walk_graph(*root.grad_fn(), [&](const Node& node, size_t i) {
+    const Edge& edge = node.next_edges[i];
+    const bool outside_node = edge.node && edge.node->sequence_nr() < first_node;
+    const bool outside_leaf = edge.leaf && own_leaves.count(edge.leaf.get()) == 0;
+    if (!outside_node && !outside_leaf) return true;  // fn's own node (or input leaf): go on
+    const void* key = edge.leaf ? static_cast<const void*>(edge.leaf.get()) : edge.node.get();
+    const auto [it, fresh] = exit_of.try_emplace(key, exits.size());
+    if (fresh) {
+      exits.push_back({edge, node.sequence_nr(), i});
+    } else if (node.sequence_nr() > exits[it->second].consumer) {
+      exits[it->second].consumer = node.sequence_nr();
+      exits[it->second].index = i;
     }
-  }
+    return false;  // the walk stops where fn's graph ends
+  });
   std::sort(exits.begin(), exits.end(), [](const Exit& a, const Exit& b) {
     return a.consumer != b.consumer ? a.consumer > b.consumer : a.index < b.index;
   });

@@ -206,17 +206,46 @@ __global__ void delta_kernel(const T* out, const T* dout, int64_t rows, int dv, 
   if (lane == 0) delta[row] = dot;
 }
 
+// A [64, cols_p] float tile into rows [row0, row0 + 64) of a row-major [rows, cols] matrix of T,
+// rounded once; padding and rows past the end are not written.
+template <typename T>
+__device__ void store_tile(T* dst, const float* src, int64_t row0, int64_t rows, int cols, int cols_p) {
+  for (int idx = threadIdx.x; idx < kTile * cols_p; idx += blockDim.x) {
+    const int r = idx / cols_p, c = idx % cols_p;
+    if (row0 + r < rows && c < cols) dst[(row0 + r) * cols + c] = dstore<T>(src[idx]);
+  }
+}
+
+// The shared tiles both backward kernels use, in the order backward_smem counts them: q, k, v and
+// dO of one query and one key tile, the scores and dP in float, P and dS in T.
+template <typename T>
+struct BackwardTiles {
+  T *qs, *ks, *vs, *dos;
+  float *ss, *dps;
+  T *ps, *dss;
+  __device__ BackwardTiles(Carver& carve, const Params& p)
+      : qs(carve.take<T>(kTile * p.dp)),
+        ks(carve.take<T>(kTile * p.dp)),
+        vs(carve.take<T>(kTile * p.dvp)),
+        dos(carve.take<T>(kTile * p.dvp)),
+        ss(carve.take<float>(kTile * kTile)),
+        dps(carve.take<float>(kTile * kTile)),
+        ps(carve.take<T>(kTile * kTile)),
+        dss(carve.take<T>(kTile * kTile)) {}
+};
+
 // For a (query tile i0, key tile j0) pair staged in shared memory: this warp's 16 query rows of
 // P (in T) and of dS = P (dP - delta) scale (in T), from S = Q K^T and dP = dO V^T.
 template <typename T>
-__device__ void probabilities_and_score_grads(const Params& p, int64_t b, int64_t i0, int64_t j0, const T* qs,
-                                              const T* ks, const T* vs, const T* dos, const float* lse,
-                                              const float* delta, float* ss, float* dps, T* ps, T* dss) {
+__device__ void probabilities_and_score_grads(const Params& p, int64_t b, int64_t i0, int64_t j0,
+                                              const BackwardTiles<T>& t, const float* lse, const float* delta) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* s_rows = ss + warp * kFrag * kTile;
-  float* dp_rows = dps + warp * kFrag * kTile;
-  mma_abt(s_rows, kTile, qs + warp * kFrag * p.dp, p.dp, ks, p.dp, p.dp, kTile);
-  mma_abt(dp_rows, kTile, dos + warp * kFrag * p.dvp, p.dvp, vs, p.dvp, p.dvp, kTile);
+  float* s_rows = t.ss + warp * kFrag * kTile;
+  float* dp_rows = t.dps + warp * kFrag * kTile;
+  T* ps = t.ps;
+  T* dss = t.dss;
+  mma_abt(s_rows, kTile, t.qs + warp * kFrag * p.dp, p.dp, t.ks, p.dp, p.dp, kTile);
+  mma_abt(dp_rows, kTile, t.dos + warp * kFrag * p.dvp, p.dvp, t.vs, p.dvp, p.dvp, kTile);
   __syncwarp();
   for (int r = 0; r < kFrag; ++r) {
     const int row = warp * kFrag + r;
@@ -247,44 +276,31 @@ __global__ void __launch_bounds__(kBlock) flash_backward_kv_kernel(const T* q, c
                                                                    Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   Carver carve{smem};
-  T* qs = carve.take<T>(kTile * p.dp);
-  T* ks = carve.take<T>(kTile * p.dp);
-  T* vs = carve.take<T>(kTile * p.dvp);
-  T* dos = carve.take<T>(kTile * p.dvp);
-  float* ss = carve.take<float>(kTile * kTile);
-  float* dps = carve.take<float>(kTile * kTile);
-  T* ps = carve.take<T>(kTile * kTile);
-  T* dss = carve.take<T>(kTile * kTile);
+  const BackwardTiles<T> t(carve, p);
   float* dk_acc = carve.take<float>(kTile * p.dp);
   float* dv_acc = carve.take<float>(kTile * p.dvp);
 
   const int64_t b = blockIdx.y, j0 = int64_t{blockIdx.x} * kTile;
   const int warp = threadIdx.x / 32;
-  load_tile(ks, k + b * p.tk * p.d, j0, p.tk, p.d, p.dp);
-  load_tile(vs, v + b * p.tk * p.dv, j0, p.tk, p.dv, p.dvp);
+  load_tile(t.ks, k + b * p.tk * p.d, j0, p.tk, p.d, p.dp);
+  load_tile(t.vs, v + b * p.tk * p.dv, j0, p.tk, p.dv, p.dvp);
   for (int idx = threadIdx.x; idx < kTile * p.dp; idx += blockDim.x) dk_acc[idx] = 0.0f;
   for (int idx = threadIdx.x; idx < kTile * p.dvp; idx += blockDim.x) dv_acc[idx] = 0.0f;
   // Causal: query rows before j0 see none of these keys.
   for (int64_t i0 = p.causal ? j0 : 0; i0 < p.tq; i0 += kTile) {
     __syncthreads();  // the previous query tile is no longer read
-    load_tile(qs, q + b * p.tq * p.d, i0, p.tq, p.d, p.dp);
-    load_tile(dos, dout + b * p.tq * p.dv, i0, p.tq, p.dv, p.dvp);
+    load_tile(t.qs, q + b * p.tq * p.d, i0, p.tq, p.d, p.dp);
+    load_tile(t.dos, dout + b * p.tq * p.dv, i0, p.tq, p.dv, p.dvp);
     __syncthreads();
-    probabilities_and_score_grads(p, b, i0, j0, qs, ks, vs, dos, lse, delta, ss, dps, ps, dss);
+    probabilities_and_score_grads(p, b, i0, j0, t, lse, delta);
     __syncthreads();  // dV and dK take every warp's rows of P and dS
     // This warp's 16 keys: dV += P^T dO, dK += dS^T Q.
-    mma_ab_acc<true>(dv_acc + warp * kFrag * p.dvp, p.dvp, ps + warp * kFrag, kTile, dos, p.dvp, kTile, p.dvp);
-    mma_ab_acc<true>(dk_acc + warp * kFrag * p.dp, p.dp, dss + warp * kFrag, kTile, qs, p.dp, kTile, p.dp);
+    mma_ab_acc<true>(dv_acc + warp * kFrag * p.dvp, p.dvp, t.ps + warp * kFrag, kTile, t.dos, p.dvp, kTile, p.dvp);
+    mma_ab_acc<true>(dk_acc + warp * kFrag * p.dp, p.dp, t.dss + warp * kFrag, kTile, t.qs, p.dp, kTile, p.dp);
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kTile * p.dp; idx += blockDim.x) {
-    const int r = idx / p.dp, c = idx % p.dp;
-    if (j0 + r < p.tk && c < p.d) dk[(b * p.tk + j0 + r) * p.d + c] = dstore<T>(dk_acc[idx]);
-  }
-  for (int idx = threadIdx.x; idx < kTile * p.dvp; idx += blockDim.x) {
-    const int r = idx / p.dvp, c = idx % p.dvp;
-    if (j0 + r < p.tk && c < p.dv) dv[(b * p.tk + j0 + r) * p.dv + c] = dstore<T>(dv_acc[idx]);
-  }
+  store_tile(dk + b * p.tk * p.d, dk_acc, j0, p.tk, p.d, p.dp);
+  store_tile(dv + b * p.tk * p.dv, dv_acc, j0, p.tk, p.dv, p.dvp);
 }
 
 // One block per (query tile, batch entry): dQ = sum over key tiles of dS K.
@@ -294,36 +310,26 @@ __global__ void __launch_bounds__(kBlock) flash_backward_q_kernel(const T* q, co
                                                                   Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   Carver carve{smem};
-  T* qs = carve.take<T>(kTile * p.dp);
-  T* ks = carve.take<T>(kTile * p.dp);
-  T* vs = carve.take<T>(kTile * p.dvp);
-  T* dos = carve.take<T>(kTile * p.dvp);
-  float* ss = carve.take<float>(kTile * kTile);
-  float* dps = carve.take<float>(kTile * kTile);
-  T* ps = carve.take<T>(kTile * kTile);
-  T* dss = carve.take<T>(kTile * kTile);
+  const BackwardTiles<T> t(carve, p);
   float* dq_acc = carve.take<float>(kTile * p.dp);
 
   const int64_t b = blockIdx.y, i0 = int64_t{blockIdx.x} * kTile;
   const int warp = threadIdx.x / 32;
-  load_tile(qs, q + b * p.tq * p.d, i0, p.tq, p.d, p.dp);
-  load_tile(dos, dout + b * p.tq * p.dv, i0, p.tq, p.dv, p.dvp);
+  load_tile(t.qs, q + b * p.tq * p.d, i0, p.tq, p.d, p.dp);
+  load_tile(t.dos, dout + b * p.tq * p.dv, i0, p.tq, p.dv, p.dvp);
   for (int idx = threadIdx.x; idx < kTile * p.dp; idx += blockDim.x) dq_acc[idx] = 0.0f;
   const int64_t keys = keys_seen(p, i0 + kTile - 1);
   for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
     __syncthreads();
-    load_tile(ks, k + b * p.tk * p.d, j0, p.tk, p.d, p.dp);
-    load_tile(vs, v + b * p.tk * p.dv, j0, p.tk, p.dv, p.dvp);
+    load_tile(t.ks, k + b * p.tk * p.d, j0, p.tk, p.d, p.dp);
+    load_tile(t.vs, v + b * p.tk * p.dv, j0, p.tk, p.dv, p.dvp);
     __syncthreads();
-    probabilities_and_score_grads(p, b, i0, j0, qs, ks, vs, dos, lse, delta, ss, dps, ps, dss);
+    probabilities_and_score_grads(p, b, i0, j0, t, lse, delta);
     __syncwarp();  // this warp's rows of dS only
-    mma_ab_acc<false>(dq_acc + warp * kFrag * p.dp, p.dp, dss + warp * kFrag * kTile, kTile, ks, p.dp, kTile, p.dp);
+    mma_ab_acc<false>(dq_acc + warp * kFrag * p.dp, p.dp, t.dss + warp * kFrag * kTile, kTile, t.ks, p.dp, kTile, p.dp);
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kTile * p.dp; idx += blockDim.x) {
-    const int r = idx / p.dp, c = idx % p.dp;
-    if (i0 + r < p.tq && c < p.d) dq[(b * p.tq + i0 + r) * p.d + c] = dstore<T>(dq_acc[idx]);
-  }
+  store_tile(dq + b * p.tq * p.d, dq_acc, i0, p.tq, p.d, p.dp);
 }
 
 Params params_of(const AttentionShape& s) {
