@@ -288,15 +288,20 @@ int main() {
   }
   for (const auto& [name, r] : mlp_runs) print_launch_profile(std::string("mlp ") + name, *r);
 
-  // char_gpt's step at the example's size, and at kGptLarge's (nanoGPT's Shakespeare-char model).
+  // char_gpt's step at the example's size, at kGptLarge's (nanoGPT's Shakespeare-char model), and
+  // at GPT-2 small's (124M parameters, vocabulary 50304) with T = 1024 and batch 8.
   struct GptRow {
     std::string name, tag;
     ag::bench::GptShape shape;
     int iters;
     std::array<StepResult, 3> r;  // fp32, fp16 amp, bf16 amp
   };
-  std::array<GptRow, 2> gpt_rows{GptRow{"gpt 4x128, T 64, batch 16", "gpt 4x128", {}, 50, {}},
-                                 GptRow{"gpt 6x384, T 256, batch 64", "gpt 6x384", ag::bench::kGptLarge, 20, {}}};
+  ag::bench::GptShape gpt2 = ag::bench::kGpt2Small;
+  gpt2.block_size = 1024;
+  gpt2.batch = 8;
+  std::array<GptRow, 3> gpt_rows{GptRow{"gpt 4x128, T 64, batch 16", "gpt 4x128", {}, 50, {}},
+                                 GptRow{"gpt 6x384, T 256, batch 64", "gpt 6x384", ag::bench::kGptLarge, 20, {}},
+                                 GptRow{"gpt2 124M, T 1024, batch 8", "gpt2 124M", gpt2, 10, {}}};
   constexpr std::array<ag::DType, 3> kGptComputes{ag::DType::kFloat32, ag::DType::kFloat16, ag::DType::kBFloat16};
   for (GptRow& row : gpt_rows) {
     for (size_t i = 0; i < kGptComputes.size(); ++i) row.r[i] = gpt_step(row.shape, kGptComputes[i], row.iters);
@@ -323,7 +328,22 @@ int main() {
     std::printf("  %-32s %s\n", (row.tag + " losses, BF16").c_str(),
                 check_losses(row.r[0], row.r[2], 4e-2).c_str());
   }
-  const GptRow& large = gpt_rows.back();
+  {
+    // Tokens/s and model FLOP utilisation of the GPT-2 row: 6 N + 6 L T C FLOP per token (the
+    // matrices' forward and backward, and causal attention's), against 989 TFLOP/s, an H100's or
+    // H200's dense BF16 peak.
+    const GptRow& row = gpt_rows.back();
+    const double tokens = static_cast<double>(row.shape.batch * row.shape.block_size);
+    const double c = static_cast<double>(row.shape.n_embd), l = static_cast<double>(row.shape.n_layer);
+    const double params = l * 12 * c * c + static_cast<double>(row.shape.vocab_size) * c;
+    const double flop_per_token = 6 * params + 6 * l * static_cast<double>(row.shape.block_size) * c;
+    std::printf("  %-32s", (row.tag + " tokens/s (MFU)").c_str());
+    for (const StepResult& r : row.r) {
+      std::printf(" %9.0f (%4.1f%%)", tokens / r.seconds, 100 * tokens / r.seconds * flop_per_token / 989e12);
+    }
+    std::printf("\n");
+  }
+  const GptRow& large = gpt_rows[1];
   for (size_t i = 0; i < kGptComputes.size(); ++i) {
     print_launch_profile(large.tag + " " + std::array{"fp32", "fp16 amp", "bf16 amp"}[i], large.r[i]);
   }
