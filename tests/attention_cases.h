@@ -21,11 +21,11 @@ std::vector<AttentionCase> attention_cases();
 
 /// For each of `dtypes` on `device`: the fused path's worst error (output and each gradient,
 /// relative to its largest |value| or to 1) against float64 on the values as the dtype stores
-/// them is at most 1.25x the composed path's plus 2 eps, and within 64 eps (x magnitude^2). q and
-/// k are uniform in [-magnitude, magnitude], v in [-1, 1].
+/// them is at most `ratio` times the composed path's plus 2 eps, and within 64 eps (x
+/// magnitude^2). q and k are uniform in [-magnitude, magnitude], v in [-1, 1].
 ::testing::AssertionResult fused_attention_as_accurate_as_composed(Device device, const AttentionCase& c,
                                                                    const std::vector<DType>& dtypes,
-                                                                   double magnitude = 1.0);
+                                                                   double magnitude = 1.0, double ratio = 1.25);
 
 /// Causal attention at T = 1024 over 2 heads of 64 on `device` in `dtype`: the forward keeps the
 /// output and each row's log-normaliser only, and forward plus backward never hold one head's
