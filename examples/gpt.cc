@@ -34,12 +34,9 @@ CausalSelfAttention::CausalSelfAttention(const Config& c)
 }
 
 ag::Tensor CausalSelfAttention::forward(const ag::Tensor& x) {
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2), d = c / n_head;
-  const std::vector<ag::Tensor> qkv = ag::ops::split(c_attn(x), c, -1);
-  // [B, T, C] -> [B, H, T, D] for each of q, k, v.
-  const auto heads = [&](const ag::Tensor& y) { return ag::ops::transpose(ag::ops::reshape(y, {b, t, n_head, d}), 1, 2); };
-  const ag::Tensor y = ag::ops::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), true);
-  return resid_dropout(c_proj(ag::ops::reshape(ag::ops::transpose(y, 1, 2), {b, t, c})));
+  // c_attn's [B, T, 3C] holds q, k and v, each n_head heads wide: attention reads them there and
+  // writes its [B, T, C] output with the heads merged (no split, transpose or merge copies).
+  return resid_dropout(c_proj(ag::ops::self_attention(c_attn(x), n_head, /*is_causal=*/true)));
 }
 
 MLP::MLP(const Config& c)

@@ -120,8 +120,15 @@ Tensor embedding(const Tensor& ids, const Tensor& weight);
 /// float32 accumulation and softmax, nothing of size Tq x Tk kept for the backward. Elsewhere it
 /// is composed from matmul and softmax (float32), as PyTorch's math path.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false);
+/// Multi-head self-attention over a fused qkv projection: qkv [B, T, 3C] holds q, k and v side by
+/// side, each C = n_head x D wide with its heads in order; returns [B, T, C], the heads merged.
+/// The values and gradients of splitting qkv, reshaping each part to [B, T, H, D], transposing it
+/// to [B, H, T, D], scaled_dot_product_attention, and transposing and reshaping back, without those
+/// copies: where the fused kernel applies it reads q, k, v where they lie in qkv and writes the
+/// output (and the backward qkv's gradient) in place; elsewhere it runs exactly that composition.
+Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal = false);
 
-/// Which implementation scaled_dot_product_attention uses (PyTorch's SDPBackend).
+/// Which implementation scaled_dot_product_attention and self_attention use (PyTorch's SDPBackend).
 enum class AttentionBackend : uint8_t {
   kAuto,      ///< fused where it applies: CPU; float32, float16 or bfloat16 (one dtype for q, k, v
               ///< after autocast); the same batch dimensions (no broadcast); no empty input

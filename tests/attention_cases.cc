@@ -129,4 +129,49 @@ std::vector<AttentionCase> attention_cases() {
   return ::testing::AssertionSuccess();
 }
 
+::testing::AssertionResult self_attention_reads_the_heads_in_place(Device device, const std::vector<DType>& dtypes,
+                                                                   int64_t batch, int64_t t, int64_t heads, int64_t d) {
+  const int64_t c = heads * d;
+  const std::vector<Tensor> inputs = {values({batch, t, 3 * c}, 7, 2.0)};
+  for (DType dtype : dtypes) {
+    for (const bool causal : {false, true}) {
+      const std::string name = std::string(dtype_name(dtype)) + " [" + std::to_string(batch) + ", " +
+                               std::to_string(t) + ", 3 x " + std::to_string(heads) + " x " + std::to_string(d) +
+                               "]" + (causal ? " causal" : "") + " on " + std::string(device_name(device));
+      const Evaluated packed = evaluate(
+          [&](const std::vector<Tensor>& in) {
+            ops::AttentionBackendGuard fused(AttentionBackend::kFused);
+            return ops::self_attention(in[0], heads, causal);
+          },
+          inputs, dtype, device);
+      const Evaluated split = evaluate(
+          [&](const std::vector<Tensor>& in) {
+            const std::vector<Tensor> parts = ops::split(in[0], c, -1);
+            const auto split_heads = [&](const Tensor& y) {
+              return ops::transpose(ops::reshape(y, {batch, t, heads, d}), 1, 2);
+            };
+            const Tensor y = attention(AttentionBackend::kFused, causal)(
+                {split_heads(parts[0]), split_heads(parts[1]), split_heads(parts[2])});
+            return ops::reshape(ops::transpose(y, 1, 2), {batch, t, c});
+          },
+          inputs, dtype, device);
+      if (packed.out != split.out || packed.grads != split.grads) {
+        return ::testing::AssertionFailure() << name << ": self_attention differs from split + attention + merge ("
+                                             << to_string(errors(packed, split)) << ")";
+      }
+      Tensor qkv = inputs[0].to(dtype).to(device);
+      qkv.set_requires_grad(true);
+      const int64_t live = memory_stats(device).current_bytes;
+      const Tensor out = ops::self_attention(qkv, heads, causal);
+      const int64_t kept = memory_stats(device).current_bytes - live;
+      const int64_t allowed = out.numel() * static_cast<int64_t>(dtype_info(dtype).size) + batch * heads * t * 8 + 4096;
+      if (out.grad_fn()->name() != "self_attention" || kept > allowed) {
+        return ::testing::AssertionFailure() << name << ": the forward (" << out.grad_fn()->name() << ") keeps " << kept
+                                             << " bytes; the output and the log-normalisers take " << allowed - 4096;
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace ampgrad::test

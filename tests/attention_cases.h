@@ -32,4 +32,11 @@ std::vector<AttentionCase> attention_cases();
 /// float32 scores (4 MiB).
 ::testing::AssertionResult fused_attention_keeps_no_scores(Device device, DType dtype);
 
+/// self_attention over qkv [batch, T, 3 x heads x d] on `device` in each of `dtypes`, causal or
+/// not: its output and qkv's gradient are, bit for bit, those of splitting qkv into heads, the
+/// fused scaled_dot_product_attention and merging the heads (the same kernels, other layouts),
+/// and the forward allocates nothing but the output and the log-normalisers (no head copies).
+::testing::AssertionResult self_attention_reads_the_heads_in_place(Device device, const std::vector<DType>& dtypes,
+                                                                   int64_t batch, int64_t t, int64_t heads, int64_t d);
+
 }  // namespace ampgrad::test

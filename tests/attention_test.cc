@@ -1,8 +1,8 @@
 // The fused scaled_dot_product_attention (ops/attention/) against float64 and against the
 // composed path it replaces: values and the gradients of q, k and v in float32, bfloat16 and
 // float16, causal or not, ragged lengths and head sizes, Tq != Tk; its accuracy at large scores;
-// the memory it keeps for the backward; its independence from the thread count; and the
-// backend switch.
+// the memory it keeps for the backward; its independence from the thread count; the backend
+// switch; and self_attention, which reads the heads where they lie in a fused qkv projection.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -90,6 +90,31 @@ TEST(FusedAttention, AutocastRunsItInTheLowerPrecision) {
     EXPECT_EQ(q.grad().dtype(), DType::kFloat32);  // through the recorded cast
     EXPECT_TRUE(ag::test::all_finite(q.grad()));
   }
+}
+
+TEST(SelfAttention, ReadsTheHeadsWhereTheyLieInQkvAndMatchesSplittingThem) {
+  EXPECT_TRUE(ag::test::self_attention_reads_the_heads_in_place(ag::Device::kCPU, kCpuDTypes, 2, 70, 3, 16));
+  EXPECT_TRUE(ag::test::self_attention_reads_the_heads_in_place(ag::Device::kCPU, kCpuDTypes, 1, 130, 2, 80));
+  EXPECT_TRUE(ag::test::self_attention_reads_the_heads_in_place(ag::Device::kCPU, {DType::kFloat32}, 3, 1, 4, 8));
+}
+
+TEST(SelfAttention, FallsBackToTheCompositionAndRejectsBadShapes) {
+  const Tensor wide = values({2, 5, 12}, 4);  // float64: the composed path
+  Tensor leaf = wide.detach();
+  leaf.set_requires_grad(true);
+  const Tensor out = ag::ops::self_attention(leaf, 2, true);
+  EXPECT_EQ(out.shape(), (ag::Shape{2, 5, 4}));
+  EXPECT_EQ(out.grad_fn()->name(), "reshape");
+  {
+    AttentionBackendGuard fused(AttentionBackend::kFused);
+    EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(wide, 2, true); },
+                                       {"self_attention", "float64", "kFused", "[2, 5, 12]"}));
+  }
+  EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(wide, 3, true); },
+                                     {"self_attention", "3 x n_head x D", "[2, 5, 12]", "n_head 3"}));
+  EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(values({5, 12}, 1), 2); },
+                                     {"self_attention", "[B, T, 3C]", "[5, 12]"}));
+  EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(wide, 0); }, {"self_attention", "n_head 0"}));
 }
 
 TEST(FusedAttention, TheBackendCanBeForcedAndSaysWhyTheFusedOneDoesNotApply) {

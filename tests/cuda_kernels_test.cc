@@ -437,6 +437,13 @@ TEST(CudaKernels, FusedAttentionKeepsNoScoresAndFallsBackWhereItDoesNotApply) {
   }
 }
 
+TEST(CudaKernels, SelfAttentionReadsTheHeadsWhereTheyLieInQkv) {
+  SKIP_WITHOUT_CUDA();
+  EXPECT_TRUE(agt::self_attention_reads_the_heads_in_place(Device::kCUDA, {DType::kBFloat16, DType::kFloat16}, 2, 70, 3,
+                                                           64));
+  EXPECT_TRUE(agt::self_attention_reads_the_heads_in_place(Device::kCUDA, {DType::kBFloat16}, 1, 130, 2, 80));
+}
+
 TEST(CudaKernels, FusedAttentionGradientsAreDeterministic) {
   SKIP_WITHOUT_CUDA();
   const auto run = [] {

@@ -140,6 +140,35 @@ void append_model_cases(std::vector<OpCase>& cases) {
         return batched_matmul_ref(softmax_ref(scores, 4, false, 2), {1, 2, 2, 4}, v[2], {1, 2, 4, 3});
       },
       {.k = 16, .magnitude = 4});
+  // self_attention over qkv [B, T, 3C] = [2, 4, 18]: two heads of 3, read where they lie.
+  for (bool causal : {false, true}) {
+    add(causal ? "self_attention_causal" : "self_attention", {{2, 4, 18}},
+        [causal](In t) { return ops::self_attention(t[0], 2, causal); },
+        [causal](Refs v) {
+          constexpr int64_t kB = 2, kT = 4, kH = 2, kD = 3, kC = kH * kD;
+          const Shape heads{kB, kH, kT, kD};
+          const auto part = [&](int64_t which) {  // [B, T, C] slice of qkv -> [B, H, T, D]
+            Values out(static_cast<size_t>(kB * kH * kT * kD));
+            for (int64_t b = 0; b < kB; ++b) {
+              for (int64_t h = 0; h < kH; ++h) {
+                for (int64_t t = 0; t < kT; ++t) {
+                  for (int64_t d = 0; d < kD; ++d) {
+                    out[static_cast<size_t>(((b * kH + h) * kT + t) * kD + d)] =
+                        v[0][static_cast<size_t>((b * kT + t) * 3 * kC + which * kC + h * kD + d)];
+                  }
+                }
+              }
+            }
+            return out;
+          };
+          Values scores = batched_matmul_ref(part(0), heads, permute_ref(part(1), heads, {0, 1, 3, 2}), {kB, kH, kD, kT});
+          for (double& s : scores) s /= std::sqrt(3.0);
+          const Values y = batched_matmul_ref(softmax_ref(scores, kT, false, causal ? kT : 0), {kB, kH, kT, kT}, part(2),
+                                              heads);
+          return permute_ref(y, heads, {0, 2, 1, 3});  // heads merged: [B, T, H, D]
+        },
+        {.k = 16, .magnitude = 4});
+  }
 }
 
 }  // namespace ampgrad::test

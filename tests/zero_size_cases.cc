@@ -89,6 +89,7 @@ std::vector<ZeroSizeCase> zero_size_cases() {
       [](In t) { return ops::scaled_dot_product_attention(t[0], t[1], t[2], true); }, {0, 2, 3, 4});
   add("attention_no_tokens", {{1, 2, 0, 4}, {1, 2, 0, 4}, {1, 2, 0, 4}},
       [](In t) { return ops::scaled_dot_product_attention(t[0], t[1], t[2], true); }, {1, 2, 0, 4});
+  add("self_attention_no_tokens", {{1, 0, 12}}, [](In t) { return ops::self_attention(t[0], 2, true); }, {1, 0, 4});
   return cases;
 }
 

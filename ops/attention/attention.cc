@@ -1,4 +1,5 @@
-// scaled_dot_product_attention: softmax(q k^T / sqrt(D) [causally masked, top-left]) v.
+// scaled_dot_product_attention: softmax(q k^T / sqrt(D) [causally masked, top-left]) v; and
+// self_attention, the same over the heads of a fused qkv projection, read and written in place.
 //   fused (attention_kernels.h): one op on the tape that saves q, k, v, the output and each row's
 //     log-sum-exp; its backward recomputes the probabilities tile by tile.
 //   composed, as PyTorch's math path: matmul (lower precision under autocast) and softmax (float32),
@@ -31,13 +32,14 @@ struct FusedAttention {
 
   kernels::AttentionShape shape_of(const Tensor& q, const Tensor& k, const Tensor& v) const {
     const int64_t tq = q.size(-2), d = q.size(-1);
-    return {.batch = q.numel() / (tq * d),
-            .tq = tq,
-            .tk = k.size(-2),
-            .d = d,
-            .dv = v.size(-1),
-            .causal = causal,
-            .scale = 1.0 / std::sqrt(static_cast<double>(d))};
+    const kernels::AttentionShape s{.batch = q.numel() / (tq * d),
+                                    .tq = tq,
+                                    .tk = k.size(-2),
+                                    .d = d,
+                                    .dv = v.size(-1),
+                                    .causal = causal,
+                                    .scale = 1.0 / std::sqrt(static_cast<double>(d))};
+    return s.with_contiguous_layouts();
   }
 
   Tensor forward(SavedTensors& saved, const Tensor& q, const Tensor& k, const Tensor& v) {
@@ -66,28 +68,88 @@ struct FusedAttention {
   }
 };
 
+// self_attention's fused form: one op on the tape over qkv [B, T, 3C], whose three parts the
+// kernels read in place (RowLayout::packed), writing out [B, T, C] and dqkv [B, T, 3C] directly.
+struct FusedSelfAttention {
+  static constexpr OpInfo kInfo{"self_attention", CastPolicy::kLowerPrecision};
+  int64_t n_head;
+  bool causal;
+  Tensor lse;  // [B x H, T, 2] float32 from the forward (not a graph tensor)
+
+  void check(const Tensor& /*qkv*/) const {}
+
+  kernels::AttentionShape shape_of(const Tensor& qkv) const {
+    const int64_t b = qkv.size(0), t = qkv.size(1), width = qkv.size(2), c = width / 3, d = c / n_head;
+    return {.batch = b * n_head,
+            .tq = t,
+            .tk = t,
+            .d = d,
+            .dv = d,
+            .causal = causal,
+            .scale = 1.0 / std::sqrt(static_cast<double>(d)),
+            .q = kernels::RowLayout::packed(n_head, t, width, d, 0),
+            .k = kernels::RowLayout::packed(n_head, t, width, d, c),
+            .v = kernels::RowLayout::packed(n_head, t, width, d, 2 * c),
+            .out = kernels::RowLayout::packed(n_head, t, c, d, 0)};
+  }
+
+  Tensor forward(SavedTensors& saved, const Tensor& qkv) {
+    const kernels::AttentionShape s = shape_of(qkv);
+    Tensor out = Tensor::empty({qkv.size(0), qkv.size(1), qkv.size(2) / 3}, qkv.dtype(), qkv.device());
+    lse = Tensor::empty({s.batch, s.tq, 2}, DType::kFloat32, qkv.device());
+    kernels::flash_attention(qkv, qkv, qkv, s, out, lse);
+    saved.save(qkv);
+    saved.save(out.detach());
+    return out;
+  }
+
+  std::vector<Tensor> backward(const SavedTensors& saved, const Tensor& dout) const {
+    const Tensor& qkv = saved[0];
+    Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());  // every element written
+    const Tensor g = dout.dtype() == qkv.dtype() ? dout : dout.to(qkv.dtype());
+    kernels::flash_attention_backward(qkv, qkv, qkv, saved[1], lse, g, shape_of(qkv), dqkv, dqkv, dqkv);
+    return {dqkv};
+  }
+};
+
+// Why the fused kernels cannot take batch x [T, D] heads (Dv wide for v) of `dtype`, the dtype
+// autocast leaves them in, on `device`; nullptr when they can.
+const char* why_kernels_do_not_apply(Device device, DType dtype, int64_t batch, int64_t d, int64_t dv) {
+  if (dtype == DType::kFloat64) return "float64 inputs run the composed path";
+  if (device == Device::kCUDA) {
+    if (!is_low_precision(dtype)) return "on CUDA it takes float16 or bfloat16 (float32 runs on cuBLAS, composed)";
+    if (d > kernels::kMaxFusedHeadSize || dv > kernels::kMaxFusedHeadSize) return "on CUDA it takes head sizes up to 128";
+    if (batch > 65535) return "on CUDA it takes at most 65535 batch entries (B x H)";
+  }
+  return nullptr;
+}
+
+DType dtype_under_autocast(const Tensor& x) {
+  const autocast::State autocast = autocast::state(x.device());
+  return autocast.enabled && x.dtype() != DType::kFloat64 ? autocast.dtype : x.dtype();
+}
+
 // Why the fused kernel does not apply to these inputs, or nullptr when it does. The dtypes are
 // judged as autocast will leave them: float32 and 16-bit inputs become its dtype, float64 stays.
 const char* why_not_fused(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const autocast::State autocast = autocast::state(q.device());
   for (const Tensor* t : {&q, &k, &v}) {
     if (t->dtype() == DType::kFloat64) return "float64 inputs run the composed path";
-    if (!autocast.enabled && t->dtype() != q.dtype()) return "q, k and v have different dtypes";
+    if (dtype_under_autocast(*t) != dtype_under_autocast(q)) return "q, k and v have different dtypes";
   }
   if (q.dim() != k.dim() || q.dim() != v.dim()) return "q, k and v have different ranks (broadcast batch dimensions)";
   for (int64_t i = 0; i + 2 < q.dim(); ++i) {
     if (q.size(i) != k.size(i) || q.size(i) != v.size(i)) return "the batch dimensions broadcast";
   }
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return "an input is empty";
-  if (q.device() == Device::kCUDA) {
-    const DType dtype = autocast.enabled ? autocast.dtype : q.dtype();
-    if (!is_low_precision(dtype)) return "on CUDA it takes float16 or bfloat16 (float32 runs on cuBLAS, composed)";
-    if (q.size(-1) > kernels::kMaxFusedHeadSize || v.size(-1) > kernels::kMaxFusedHeadSize) {
-      return "on CUDA it takes head sizes up to 128";
-    }
-    if (q.numel() / (q.size(-2) * q.size(-1)) > 65535) return "on CUDA it takes at most 65535 batch entries (B x H)";
-  }
-  return nullptr;
+  return why_kernels_do_not_apply(q.device(), dtype_under_autocast(q), q.numel() / (q.size(-2) * q.size(-1)),
+                                  q.size(-1), v.size(-1));
+}
+
+// The same for self_attention's qkv [B, T, 3C] in n_head heads.
+const char* why_not_fused(const Tensor& qkv, int64_t n_head) {
+  if (qkv.numel() == 0) return "an input is empty";
+  const int64_t d = qkv.size(2) / 3 / n_head;
+  return why_kernels_do_not_apply(qkv.device(), dtype_under_autocast(qkv), qkv.size(0) * n_head, d, d);
 }
 
 Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
@@ -121,6 +183,26 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            "but does not apply: ", why_not, " (", all(), "); hint: AttentionBackend::kAuto falls back to the ",
            "composed path");
   return composed_attention(q, k, v, is_causal);
+}
+
+Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal) {
+  constexpr const char* kSelf = "self_attention";
+  AG_CHECK(qkv.defined(), kSelf, ": qkv must be defined");
+  const auto all = [&] { return describe({{"qkv", &qkv}}); };
+  AG_CHECK(qkv.dim() == 3, kSelf, ": qkv must be [B, T, 3C] (q, k and v side by side), got ", all());
+  AG_CHECK(n_head >= 1 && qkv.size(2) % (3 * n_head) == 0, kSelf, ": qkv's last dimension must be 3 x n_head x D, ",
+           "got ", all(), " with n_head ", n_head, "; hint: q, k and v are each n_head heads of D wide");
+  const char* why_not = tls_backend == AttentionBackend::kComposed ? "" : why_not_fused(qkv, n_head);
+  if (why_not == nullptr) return dispatch(FusedSelfAttention{.n_head = n_head, .causal = is_causal, .lse = {}}, qkv);
+  AG_CHECK(tls_backend != AttentionBackend::kFused, kSelf, ": the fused kernel was asked for ",
+           "(AttentionBackend::kFused) but does not apply: ", why_not, " (", all(), ", n_head ", n_head,
+           "); hint: AttentionBackend::kAuto falls back to the composed path");
+  // [B, T, C] -> [B, H, T, D] for each of q, k, v; attention; and back.
+  const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3, d = c / n_head;
+  const std::vector<Tensor> parts = split(qkv, c, -1);
+  const auto heads = [&](const Tensor& y) { return transpose(reshape(y, {b, t, n_head, d}), 1, 2); };
+  const Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), is_causal);
+  return reshape(transpose(y, 1, 2), {b, t, c});
 }
 
 }  // namespace ampgrad::ops

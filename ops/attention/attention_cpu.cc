@@ -1,6 +1,7 @@
 // Fused attention on the CPU. Each tile product is one call of the packed GEMM
 // (linear/linear_gemm_cpu.h), which reads float16/bfloat16 operands where they lie and widens
-// them while packing, so q, k, v and dout are never copied; the softmax runs in float32 over a
+// them while packing, so q, k, v and dout are never copied (nor split into heads: each operand's
+// rows are read where its layout puts them); the softmax runs in float32 over a
 // tile of scores that stays in cache. The forward runs (batch, query tile) pairs on the pool; the
 // backward runs one batch entry per task, its tiles in a fixed order, so no two tasks add to the
 // same gradient and the bits do not depend on the thread count.
@@ -22,11 +23,11 @@ namespace {
 constexpr int64_t kQueryTile = 64;  // rows of q per tile
 constexpr int64_t kKeyTile = 128;   // rows of k and v per tile: a 64 x 128 float score tile is 32 KiB
 
-// A [rows, cols] block of a row-major matrix with `stride` elements per row, starting at row r0.
-MatrixView rows_of(const Tensor& t, int64_t matrix, int64_t rows_per_matrix, int64_t r0, int64_t stride) {
+// Batch entry b's rows from r0 on, as its layout places them in t.
+MatrixView rows_of(const Tensor& t, const RowLayout& layout, int64_t b, int64_t r0) {
   const auto* base = static_cast<const char*>(t.data_ptr());
-  const int64_t offset = (matrix * rows_per_matrix + r0) * stride * static_cast<int64_t>(dtype_info(t.dtype()).size);
-  return {.data = base + offset, .dtype = t.dtype(), .row_stride = stride, .col_stride = 1};
+  const int64_t offset = layout.at(b, r0) * static_cast<int64_t>(dtype_info(t.dtype()).size);
+  return {.data = base + offset, .dtype = t.dtype(), .row_stride = layout.row_stride, .col_stride = 1};
 }
 
 MatrixView transposed(MatrixView m) {
@@ -59,9 +60,13 @@ void scale_and_mask(float* scores, int64_t rows, int64_t cols, int64_t i0, int64
   }
 }
 
+// A [rows, cols] float block into batch entry b's rows from r0 on, rounded once.
 template <typename T>
-void store_rows(const float* src, int64_t n, T* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = store<T>(src[i]);
+void store_rows(const float* src, int64_t rows, int64_t cols, T* dst, const RowLayout& layout, int64_t b, int64_t r0) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* row = dst + layout.at(b, r0 + r);
+    for (int64_t c = 0; c < cols; ++c) row[c] = store<T>(src[r * cols + c]);
+  }
 }
 
 }  // namespace
@@ -82,11 +87,11 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
         std::vector<float> scores(static_cast<size_t>(kQueryTile * kKeyTile)), acc(static_cast<size_t>(rows * s.dv), 0.0f),
             pv(static_cast<size_t>(rows * s.dv)), max(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity()),
             sum(static_cast<size_t>(rows), 0.0f);
-        const MatrixView q_tile = rows_of(q, b, s.tq, i0, s.d);
+        const MatrixView q_tile = rows_of(q, s.q, b, i0);
         const int64_t keys = keys_seen(s, i0 + rows - 1);  // the tile's last row sees the most
         for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
           const int64_t cols = std::min(kKeyTile, s.tk - j0);
-          gemm(rows, cols, s.d, q_tile, transposed(rows_of(k, b, s.tk, j0, s.d)), scores.data());
+          gemm(rows, cols, s.d, q_tile, transposed(rows_of(k, s.k, b, j0)), scores.data());
           scale_and_mask(scores.data(), rows, cols, i0, j0, s);
           // The online softmax: a row's running maximum m and sum l; an earlier tile's share of
           // the sum and of the output is rescaled by exp(m_old - m_new) when the maximum grows.
@@ -106,7 +111,7 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
               for (int64_t c = 0; c < s.dv; ++c) acc[r * s.dv + c] *= rescale;
             }
           }
-          gemm(rows, s.dv, cols, floats(scores.data(), cols), rows_of(v, b, s.tk, j0, s.dv), pv.data());
+          gemm(rows, s.dv, cols, floats(scores.data(), cols), rows_of(v, s.v, b, j0), pv.data());
           for (size_t i = 0; i < acc.size(); ++i) acc[i] += pv[i];
         }
         for (int64_t r = 0; r < rows; ++r) {
@@ -115,7 +120,7 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
           lse_out[2 * (b * s.tq + i0 + r)] = max[r];
           lse_out[2 * (b * s.tq + i0 + r) + 1] = std::log(sum[r]);
         }
-        store_rows(acc.data(), rows * s.dv, o + (b * s.tq + i0) * s.dv);
+        store_rows(acc.data(), rows, s.dv, o, s.out, b, i0);
       });
     }
   });
@@ -135,9 +140,9 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
         // delta_i = sum_c dout_ic out_ic: softmax's backward term, per query row.
         std::vector<float> delta(static_cast<size_t>(s.tq));
         for (int64_t i = 0; i < s.tq; ++i) {
-          const int64_t base = (b * s.tq + i) * s.dv;
+          const int64_t at = s.out.at(b, i);
           float dot = 0.0f;
-          for (int64_t c = 0; c < s.dv; ++c) dot += load(g[base + c]) * load(o[base + c]);
+          for (int64_t c = 0; c < s.dv; ++c) dot += load(g[at + c]) * load(o[at + c]);
           delta[static_cast<size_t>(i)] = dot;
         }
         std::vector<float> dq_acc(static_cast<size_t>(s.tq * s.d), 0.0f), dk_acc(static_cast<size_t>(s.tk * s.d), 0.0f),
@@ -149,11 +154,11 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
         };
         for (int64_t j0 = 0; j0 < s.tk; j0 += kKeyTile) {
           const int64_t cols = std::min(kKeyTile, s.tk - j0);
-          const MatrixView k_tile = rows_of(k, b, s.tk, j0, s.d), v_tile = rows_of(v, b, s.tk, j0, s.dv);
+          const MatrixView k_tile = rows_of(k, s.k, b, j0), v_tile = rows_of(v, s.v, b, j0);
           // Causal: query rows before j0 see none of these keys.
           for (int64_t i0 = s.causal ? j0 / kQueryTile * kQueryTile : 0; i0 < s.tq; i0 += kQueryTile) {
             const int64_t rows = std::min(kQueryTile, s.tq - i0);
-            const MatrixView q_tile = rows_of(q, b, s.tq, i0, s.d), g_tile = rows_of(dout, b, s.tq, i0, s.dv);
+            const MatrixView q_tile = rows_of(q, s.q, b, i0), g_tile = rows_of(dout, s.out, b, i0);
             gemm(rows, cols, s.d, q_tile, transposed(k_tile), p.data());
             scale_and_mask(p.data(), rows, cols, i0, j0, s);
             for (int64_t r = 0; r < rows; ++r) {
@@ -184,9 +189,9 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
             add(dk_acc.data() + j0 * s.d, cols * s.d);
           }
         }
-        store_rows(dq_acc.data(), s.tq * s.d, dq.data<T>() + b * s.tq * s.d);
-        store_rows(dk_acc.data(), s.tk * s.d, dk.data<T>() + b * s.tk * s.d);
-        store_rows(dv_acc.data(), s.tk * s.dv, dv.data<T>() + b * s.tk * s.dv);
+        store_rows(dq_acc.data(), s.tq, s.d, dq.data<T>(), s.q, b, 0);
+        store_rows(dk_acc.data(), s.tk, s.d, dk.data<T>(), s.k, b, 0);
+        store_rows(dv_acc.data(), s.tk, s.dv, dv.data<T>(), s.v, b, 0);
       });
     }
   });

@@ -35,6 +35,7 @@ struct Params {
   int d, dv, dp, dvp;  // head sizes and their rounding up to whole fragments
   bool causal;
   float scale;
+  RowLayout q, k, v, out;  // where each operand's rows lie (dq, dk, dv as q, k, v; dO as out)
 };
 
 __host__ __device__ constexpr int round_up16(int n) { return (n + 15) / 16 * 16; }
@@ -58,13 +59,16 @@ __device__ int64_t keys_seen(const Params& p, int64_t row) {
   return p.causal ? (row + 1 < p.tk ? row + 1 : p.tk) : p.tk;
 }
 
-// rows [row0, row0 + 64) of a row-major [rows, cols] matrix into a [64, cols_p] tile, zero-padded.
+// Rows [row0, row0 + 64) of batch entry b's [rows, cols] matrix, where `layout` puts them in src,
+// into a [64, cols_p] tile, zero-padded.
 template <typename T>
-__device__ void load_tile(T* dst, const T* src, int64_t row0, int64_t rows, int cols, int cols_p) {
+__device__ void load_tile(T* dst, const T* src, const RowLayout& layout, int64_t b, int64_t row0, int64_t rows,
+                          int cols, int cols_p) {
+  const T* first = src + layout.at(b, 0);  // one division per call, not per element
   for (int idx = threadIdx.x; idx < kTile * cols_p; idx += blockDim.x) {
     const int r = idx / cols_p, c = idx % cols_p;
     const int64_t gr = row0 + r;
-    dst[idx] = gr < rows && c < cols ? src[gr * cols + c] : dstore<T>(0.0f);
+    dst[idx] = gr < rows && c < cols ? first[gr * layout.row_stride + c] : dstore<T>(0.0f);
   }
 }
 
@@ -134,10 +138,7 @@ __global__ void __launch_bounds__(kBlock) flash_forward_kernel(const T* q, const
 
   const int64_t b = blockIdx.y, i0 = int64_t{blockIdx.x} * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  q += b * p.tq * p.d;
-  k += b * p.tk * p.d;
-  v += b * p.tk * p.dv;
-  load_tile(qs, q, i0, p.tq, p.d, p.dp);
+  load_tile(qs, q, p.q, b, i0, p.tq, p.d, p.dp);
   for (int idx = threadIdx.x; idx < kTile * p.dvp; idx += blockDim.x) os[idx] = 0.0f;
   for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
     row_max[r] = -std::numeric_limits<float>::infinity();
@@ -146,8 +147,8 @@ __global__ void __launch_bounds__(kBlock) flash_forward_kernel(const T* q, const
   const int64_t keys = keys_seen(p, i0 + kTile - 1);
   for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
     __syncthreads();  // the previous tile's K and V are no longer read
-    load_tile(ks, k, j0, p.tk, p.d, p.dp);
-    load_tile(vs, v, j0, p.tk, p.dv, p.dvp);
+    load_tile(ks, k, p.k, b, j0, p.tk, p.d, p.dp);
+    load_tile(vs, v, p.v, b, j0, p.tk, p.dv, p.dvp);
     __syncthreads();
     float* s_rows = ss + warp * kFrag * kTile;
     mma_abt(s_rows, kTile, qs + warp * kFrag * p.dp, p.dp, ks, p.dp, p.dp, kTile);
@@ -185,7 +186,7 @@ __global__ void __launch_bounds__(kBlock) flash_forward_kernel(const T* q, const
     const int64_t gi = i0 + row;
     if (gi >= p.tq) break;
     const float inv = 1.0f / row_sum[row];
-    T* o = out + (b * p.tq + gi) * p.dv;
+    T* o = out + p.out.at(b, gi);
     for (int c = lane; c < p.dv; c += 32) o[c] = dstore<T>(os[row * p.dvp + c] * inv);
     if (lane == 0) {
       lse[2 * (b * p.tq + gi)] = row_max[row];
@@ -194,25 +195,28 @@ __global__ void __launch_bounds__(kBlock) flash_forward_kernel(const T* q, const
   }
 }
 
-// delta[i] = sum_c dout[i, c] out[i, c]: one warp per row.
+// delta[b Tq + i] = sum_c dout[b, i, c] out[b, i, c]: one warp per row.
 template <typename T>
-__global__ void delta_kernel(const T* out, const T* dout, int64_t rows, int dv, float* delta) {
+__global__ void delta_kernel(const T* out, const T* dout, int64_t rows, Params p, float* delta) {
   const int64_t row = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
+  const int64_t at = p.out.at(row / p.tq, row % p.tq);
   float dot = 0.0f;
-  for (int c = lane; c < dv; c += 32) dot += dload(dout[row * dv + c]) * dload(out[row * dv + c]);
+  for (int c = lane; c < p.dv; c += 32) dot += dload(dout[at + c]) * dload(out[at + c]);
   dot = warp_sum(dot);
   if (lane == 0) delta[row] = dot;
 }
 
-// A [64, cols_p] float tile into rows [row0, row0 + 64) of a row-major [rows, cols] matrix of T,
-// rounded once; padding and rows past the end are not written.
+// A [64, cols_p] float tile into rows [row0, row0 + 64) of batch entry b's [rows, cols] matrix,
+// where `layout` puts them in dst, rounded once; padding and rows past the end are not written.
 template <typename T>
-__device__ void store_tile(T* dst, const float* src, int64_t row0, int64_t rows, int cols, int cols_p) {
+__device__ void store_tile(T* dst, const float* src, const RowLayout& layout, int64_t b, int64_t row0, int64_t rows,
+                           int cols, int cols_p) {
+  T* first = dst + layout.at(b, 0);
   for (int idx = threadIdx.x; idx < kTile * cols_p; idx += blockDim.x) {
     const int r = idx / cols_p, c = idx % cols_p;
-    if (row0 + r < rows && c < cols) dst[(row0 + r) * cols + c] = dstore<T>(src[idx]);
+    if (row0 + r < rows && c < cols) first[(row0 + r) * layout.row_stride + c] = dstore<T>(src[idx]);
   }
 }
 
@@ -282,15 +286,15 @@ __global__ void __launch_bounds__(kBlock) flash_backward_kv_kernel(const T* q, c
 
   const int64_t b = blockIdx.y, j0 = int64_t{blockIdx.x} * kTile;
   const int warp = threadIdx.x / 32;
-  load_tile(t.ks, k + b * p.tk * p.d, j0, p.tk, p.d, p.dp);
-  load_tile(t.vs, v + b * p.tk * p.dv, j0, p.tk, p.dv, p.dvp);
+  load_tile(t.ks, k, p.k, b, j0, p.tk, p.d, p.dp);
+  load_tile(t.vs, v, p.v, b, j0, p.tk, p.dv, p.dvp);
   for (int idx = threadIdx.x; idx < kTile * p.dp; idx += blockDim.x) dk_acc[idx] = 0.0f;
   for (int idx = threadIdx.x; idx < kTile * p.dvp; idx += blockDim.x) dv_acc[idx] = 0.0f;
   // Causal: query rows before j0 see none of these keys.
   for (int64_t i0 = p.causal ? j0 : 0; i0 < p.tq; i0 += kTile) {
     __syncthreads();  // the previous query tile is no longer read
-    load_tile(t.qs, q + b * p.tq * p.d, i0, p.tq, p.d, p.dp);
-    load_tile(t.dos, dout + b * p.tq * p.dv, i0, p.tq, p.dv, p.dvp);
+    load_tile(t.qs, q, p.q, b, i0, p.tq, p.d, p.dp);
+    load_tile(t.dos, dout, p.out, b, i0, p.tq, p.dv, p.dvp);
     __syncthreads();
     probabilities_and_score_grads(p, b, i0, j0, t, lse, delta);
     __syncthreads();  // dV and dK take every warp's rows of P and dS
@@ -299,8 +303,8 @@ __global__ void __launch_bounds__(kBlock) flash_backward_kv_kernel(const T* q, c
     mma_ab_acc<true>(dk_acc + warp * kFrag * p.dp, p.dp, t.dss + warp * kFrag, kTile, t.qs, p.dp, kTile, p.dp);
   }
   __syncthreads();
-  store_tile(dk + b * p.tk * p.d, dk_acc, j0, p.tk, p.d, p.dp);
-  store_tile(dv + b * p.tk * p.dv, dv_acc, j0, p.tk, p.dv, p.dvp);
+  store_tile(dk, dk_acc, p.k, b, j0, p.tk, p.d, p.dp);
+  store_tile(dv, dv_acc, p.v, b, j0, p.tk, p.dv, p.dvp);
 }
 
 // One block per (query tile, batch entry): dQ = sum over key tiles of dS K.
@@ -315,21 +319,21 @@ __global__ void __launch_bounds__(kBlock) flash_backward_q_kernel(const T* q, co
 
   const int64_t b = blockIdx.y, i0 = int64_t{blockIdx.x} * kTile;
   const int warp = threadIdx.x / 32;
-  load_tile(t.qs, q + b * p.tq * p.d, i0, p.tq, p.d, p.dp);
-  load_tile(t.dos, dout + b * p.tq * p.dv, i0, p.tq, p.dv, p.dvp);
+  load_tile(t.qs, q, p.q, b, i0, p.tq, p.d, p.dp);
+  load_tile(t.dos, dout, p.out, b, i0, p.tq, p.dv, p.dvp);
   for (int idx = threadIdx.x; idx < kTile * p.dp; idx += blockDim.x) dq_acc[idx] = 0.0f;
   const int64_t keys = keys_seen(p, i0 + kTile - 1);
   for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
     __syncthreads();
-    load_tile(t.ks, k + b * p.tk * p.d, j0, p.tk, p.d, p.dp);
-    load_tile(t.vs, v + b * p.tk * p.dv, j0, p.tk, p.dv, p.dvp);
+    load_tile(t.ks, k, p.k, b, j0, p.tk, p.d, p.dp);
+    load_tile(t.vs, v, p.v, b, j0, p.tk, p.dv, p.dvp);
     __syncthreads();
     probabilities_and_score_grads(p, b, i0, j0, t, lse, delta);
     __syncwarp();  // this warp's rows of dS only
     mma_ab_acc<false>(dq_acc + warp * kFrag * p.dp, p.dp, t.dss + warp * kFrag * kTile, kTile, t.ks, p.dp, kTile, p.dp);
   }
   __syncthreads();
-  store_tile(dq + b * p.tq * p.d, dq_acc, i0, p.tq, p.d, p.dp);
+  store_tile(dq, dq_acc, p.q, b, i0, p.tq, p.d, p.dp);
 }
 
 Params params_of(const AttentionShape& s) {
@@ -344,7 +348,11 @@ Params params_of(const AttentionShape& s) {
           .dp = round_up16(static_cast<int>(s.d)),
           .dvp = round_up16(static_cast<int>(s.dv)),
           .causal = s.causal,
-          .scale = static_cast<float>(s.scale)};
+          .scale = static_cast<float>(s.scale),
+          .q = s.q,
+          .k = s.k,
+          .v = s.v,
+          .out = s.out};
 }
 
 unsigned tiles(int64_t rows) { return static_cast<unsigned>((rows + kTile - 1) / kTile); }
@@ -392,7 +400,7 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
     auto* delta_p = static_cast<float*>(delta.data_ptr());
     const int64_t rows = shape.batch * shape.tq;
     delta_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads>>>(
-        static_cast<const T*>(out.data_ptr()), gp, rows, p.dv, delta_p);
+        static_cast<const T*>(out.data_ptr()), gp, rows, p, delta_p);
     AG_CUDA_CHECK_LAUNCH("delta_kernel");
     launch(flash_backward_kv_kernel<T>, dim3(tiles(p.tk), static_cast<unsigned>(shape.batch)),
            backward_smem(p, sizeof(T), /*with_dv=*/true),

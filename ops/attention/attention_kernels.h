@@ -10,20 +10,52 @@
 
 namespace ampgrad::kernels {
 
+/// Where the rows of one operand's matrices lie in its tensor: batch entry b is head b % heads of
+/// sequence b / heads, and its row r starts `at(b, r)` elements into the data. contiguous() is a
+/// [batch, rows, cols] tensor; packed() is one of H heads of width D side by side in the rows of a
+/// [B, T, width] tensor (q, k or v in the fused qkv projection's output, or the merged output), so
+/// attention reads and writes them where they lie instead of splitting and merging the heads.
+struct RowLayout {
+  int64_t heads = 1, sequence_stride = 0, head_stride = 0, row_stride = 0, offset = 0;
+
+  AG_HOST_DEVICE int64_t at(int64_t b, int64_t row) const {
+    return offset + b / heads * sequence_stride + b % heads * head_stride + row * row_stride;
+  }
+  static RowLayout contiguous(int64_t rows, int64_t cols) {
+    return {.heads = 1, .sequence_stride = rows * cols, .head_stride = 0, .row_stride = cols, .offset = 0};
+  }
+  /// Head h of sequence s at columns [offset + h d, offset + (h + 1) d) of rows of `width`.
+  static RowLayout packed(int64_t heads, int64_t rows, int64_t width, int64_t d, int64_t offset) {
+    return {.heads = heads, .sequence_stride = rows * width, .head_stride = d, .row_stride = width, .offset = offset};
+  }
+};
+
 /// q [batch, Tq, D], k [batch, Tk, D], v [batch, Tk, Dv] (the batch dimensions flattened), one
-/// dtype (float32, float16 or bfloat16), contiguous; Tk >= 1. Causal masking is top-left aligned
-/// (key j is left out of query i's row when j > i), as PyTorch's is_causal.
+/// dtype (float32, float16 or bfloat16); Tk >= 1. Causal masking is top-left aligned (key j is
+/// left out of query i's row when j > i), as PyTorch's is_causal. The layouts say where each
+/// operand's rows lie (dq, dk, dv as q, k, v; dout as out); lse is always [batch, Tq, 2].
 struct AttentionShape {
   int64_t batch = 0, tq = 0, tk = 0, d = 0, dv = 0;
   bool causal = false;
   double scale = 1.0;  // the scores' factor, 1 / sqrt(D)
+  RowLayout q, k, v, out;
+
+  /// Every operand a contiguous [batch, rows, cols] tensor.
+  AttentionShape with_contiguous_layouts() const {
+    AttentionShape s = *this;
+    s.q = RowLayout::contiguous(tq, d);
+    s.k = RowLayout::contiguous(tk, d);
+    s.v = RowLayout::contiguous(tk, dv);
+    s.out = RowLayout::contiguous(tq, dv);
+    return s;
+  }
 };
 
 /// CUDA's fused kernels stage tiles of q, k, v (and their gradients) in shared memory: head sizes
 /// up to this; larger ones run the composed path there.
 inline constexpr int64_t kMaxFusedHeadSize = 128;
 
-// out [batch, Tq, Dv] in q's dtype; lse [batch, Tq, 2] float32: each row's log-normaliser for the
+// out [batch, Tq, Dv] in q's dtype (q, k, v and out may be one tensor's parts, as the layouts say); lse [batch, Tq, 2] float32: each row's log-normaliser for the
 // backward, in two parts (the row maximum m of the scaled, masked scores s and log sum_j exp(s_j -
 // m)), so that p = exp((s - m) - log_sum) never rounds m + log_sum at the scores' magnitude. The
 // CPU takes float32, float16 and bfloat16; CUDA float16 and bfloat16 (tensor cores), D, Dv <=
