@@ -7,6 +7,11 @@
 //                             causal attention forward + backward, q, k, v [2,12,T,64] (GPT-2
 //                             small's heads at batch 2), through each AttentionBackend; the FLOP
 //                             are the usual 3.5 x the forward's 4 T^2 D per head, halved (causal)
+//   heads_{split,packed}_{fp32,bf16}
+//                             GPT-2 small's attention at T = 256, batch 2 from the fused qkv
+//                             projection [2, 256, 2304] to the merged [2, 256, 768], forward +
+//                             backward: split into heads, fused attention and merge (copies each
+//                             way), or self_attention reading the heads in place; same FLOP
 //   copy_bandwidth            a 96 MiB float copy on the pool: the machine's copy bandwidth
 #pragma once
 
@@ -56,6 +61,29 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
                                                      ops::sum(ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true))
                                                          .backward();
                                                      for (Tensor x : qkv) x.set_grad(Tensor());
+                                                   },
+                                                   0, flop});
+  }
+  if (name.starts_with("heads_")) {
+    const bool packed = name.starts_with("heads_packed_");
+    Tensor qkv = randn({2, 256, 3 * 768}, name.ends_with("_bf16") ? DType::kBFloat16 : DType::kFloat32);
+    qkv.set_requires_grad(true);
+    const double flop = 3.5 * 4.0 * 24 * 256.0 * 256 * 64 / 2;
+    return std::make_unique<OpWorkload>(OpWorkload{[qkv, packed] {
+                                                     Tensor y;
+                                                     if (packed) {
+                                                       y = ops::self_attention(qkv, 12, true);
+                                                     } else {
+                                                       const std::vector<Tensor> parts = ops::split(qkv, 768, -1);
+                                                       const auto heads = [](const Tensor& x) {
+                                                         return ops::transpose(ops::reshape(x, {2, 256, 12, 64}), 1, 2);
+                                                       };
+                                                       y = ops::scaled_dot_product_attention(
+                                                           heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+                                                       y = ops::reshape(ops::transpose(y, 1, 2), {2, 256, 768});
+                                                     }
+                                                     ops::sum(y).backward();
+                                                     Tensor(qkv).set_grad(Tensor());
                                                    },
                                                    0, flop});
   }

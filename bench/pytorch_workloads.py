@@ -8,7 +8,7 @@ WORKLOAD: seed_fp32, seed_bf16 (CPU autocast, PyTorch's CPU AMP), mlp_sgd_fp32, 
           gpt_bf16 (examples/char_gpt's model and step), gpt2s_fp32, gpt2s_fp16, gpt2s_bf16 (the
           same step at GPT-2 small's shape, T = 256, batch 2); single ops
           (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16},
-          sdpa{256,1024}_{fused,composed}_{fp32,bf16}.
+          sdpa{256,1024}_{fused,composed}_{fp32,bf16}, heads_{split,packed}_{fp32,bf16}.
 Prints "WORKLOAD <median us per step over 5 chunks>" (single ops: then GB/s or GFLOP/s).
 --cpu-time (1 thread only) times with the process's CPU clock, as step_timer --cpu-time does.
 --version prints the interpreter's torch version and its CPU capability. Standard library + torch only.
@@ -119,6 +119,19 @@ def make_op(name):
                 x.grad = None
 
         return run, 0, 3.5 * 4.0 * 24 * t * t * 64 / 2
+    if name.startswith("heads_"):
+        # heads_{split,packed}_{fp32,bf16}: the same in PyTorch is a split into views (strided, no
+        # copies) and its default SDPA, as examples/gpt_pytorch.py's attention; both names run it.
+        qkv = torch.randn(2, 256, 3 * 768, dtype=torch.bfloat16 if name.endswith("_bf16") else torch.float32,
+                          requires_grad=True)
+
+        def run():
+            q, k, v = (y.view(2, 256, 12, 64).transpose(1, 2) for y in qkv.split(768, dim=-1))
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y.transpose(1, 2).reshape(2, 256, 768).sum().backward()
+            qkv.grad = None
+
+        return run, 0, 3.5 * 4.0 * 24 * 256 * 256 * 64 / 2
     return None
 
 
