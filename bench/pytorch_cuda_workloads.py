@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch (CUDA) versions of bench/cuda_bench.cc's training steps, timed the same way.
 
-Usage: pytorch_cuda_workloads.py [--iters=N] [--sdpa-math] [seed] [mlp] [gpt]   (default: all three)
+Usage: pytorch_cuda_workloads.py [--iters=N] [--sdpa-math] [seed] [mlp] [gpt] [gpt2]   (default: all four)
 The steps: Linear layers with ReLU between them, mse_loss, Adam lr 1e-4, zero_grad each step:
   seed   Linear(10,1), batch 64
   mlp    3 x Linear(4096,4096), batch 4096
@@ -10,6 +10,8 @@ vocabulary 114, cross_entropy, AdamW lr 1e-3 (0.9, 0.95) with weight decay 0.1 o
 clip_grad_norm_ 1.0 after unscale_, one fixed batch of random characters:
   gpt4x128  4 layers, 4 heads, width 128, context 64, batch 16 (char_gpt's default)
   gpt6x384  6 layers, 6 heads, width 384, context 256, batch 64 (bench/workloads.h kGptLarge)
+  gpt2      GPT-2 small: 12 layers, 12 heads, width 768, context 1024, batch 8, vocabulary 50304
+            (cuda_bench's gpt2 row), with tokens/s; gpt2c the same under torch.compile, fused AdamW
 each in FP32 (TF32 off, PyTorch's default for matmuls), FP16 autocast with a GradScaler, and BF16
 autocast without one; Adam/AdamW as PyTorch runs it by default (foreach) and with fused=True.
 16-bit GEMMs add split-K partials in FP32, as ampgrad's do (PyTorch's default allows 16-bit ones).
@@ -67,15 +69,17 @@ def make_model(widths):
     return torch.nn.Sequential(*layers).cuda()
 
 
-def gpt_step_fn(shape, precision, fused):
-    """examples/char_gpt's step on one fixed batch, as bench/pytorch_workloads.py's make_gpt on the CPU."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+def gpt_step_fn(shape, precision, fused, vocab=114, compiled=False):
+    """examples/char_gpt's step on one fixed batch, as bench/pytorch_workloads.py's make_gpt on the
+    CPU; compiled: the model under torch.compile (its default mode)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [os.path.join(here, "..", "examples"), here]  # the repo's layout, or the GPU bundle's
     from gpt_pytorch import GPT  # noqa: E402
     n_layer, n_head, n_embd, block, batch = shape
-    vocab = 114
     torch.manual_seed(0)
     model = GPT(vocab, block, n_layer, n_head, n_embd).init_as_ampgrad_().cuda()
     params = [p for p in model.parameters() if p.requires_grad]
+    run = torch.compile(model) if compiled else model
     opt = model.adamw(**({"fused": True} if fused else {"foreach": True}))
     x = torch.randint(0, vocab, (batch, block), device="cuda")
     y = torch.randint(0, vocab, (batch * block,), device="cuda")
@@ -85,7 +89,7 @@ def gpt_step_fn(shape, precision, fused):
     def step():
         opt.zero_grad()
         with autocast():
-            logits = model(x)
+            logits = run(x)
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), y)
         scaler.scale(loss).backward()
         scaler.unscale_(opt)
@@ -106,8 +110,9 @@ def time_step(name, widths, batch, precision, fused, iters):
     time_phases(name, phases, losses, precision, fused, iters)
 
 
-def time_phases(name, phases, losses, precision, fused, iters):
-    """Times one step (the phases in order), then each phase alone when there are several."""
+def time_phases(name, phases, losses, precision, fused, iters, tokens=0):
+    """Times one step (the phases in order), then each phase alone when there are several;
+    tokens: the tokens a step trains on, for tokens/s."""
 
     def step():
         for phase in phases:
@@ -126,6 +131,8 @@ def time_phases(name, phases, losses, precision, fused, iters):
     first, last = losses[0].item(), losses[-1].item()
     line = (f"{name:8s} {precision:5s} {'fused' if fused else 'foreach':8s} {ms:10.4f} ms {peak:7.0f} MiB "
             f"loss {first:.4g} -> {last:.4g}")
+    if tokens:
+        line += f"  {tokens / ms * 1e3:.0f} tokens/s"
     if len(phases) == 1:
         print(line, flush=True)
         return
@@ -148,11 +155,11 @@ def main():
             iters = int(arg.split("=", 1)[1])
         elif arg == "--sdpa-math":
             sdpa_math = True
-        elif arg in ("seed", "mlp", "gpt"):
+        elif arg in ("seed", "mlp", "gpt", "gpt2"):
             steps.append(arg)
         else:
             sys.exit(__doc__)
-    steps = steps or ["seed", "mlp", "gpt"]
+    steps = steps or ["seed", "mlp", "gpt", "gpt2"]
     torch.backends.cuda.matmul.allow_tf32 = False
     # As ampgrad's GEMMs: 16-bit split-K partials are not added in 16 bits.
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
@@ -164,7 +171,7 @@ def main():
                 time_step("seed", [10, 1], 64, precision, fused, max(iters, 200))
             if "mlp" in steps:
                 time_step("mlp", [4096, 4096, 4096, 4096], 4096, precision, fused, iters)
-    if "gpt" not in steps:
+    if "gpt" not in steps and "gpt2" not in steps:
         return
     attention = contextlib.nullcontext()
     if sdpa_math:
@@ -176,11 +183,21 @@ def main():
             torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
     print(f"gpt: scaled_dot_product_attention {'math (as ampgrad)' if sdpa_math else 'PyTorch default'}", flush=True)
     with attention:
-        for fused in (False, True):
+        for fused in (False, True) if "gpt" in steps else ():
             for precision in ("fp32", "fp16", "bf16"):
                 for name, shape, n in (("gpt4x128", (4, 4, 128, 64, 16), 50), ("gpt6x384", (6, 6, 384, 256, 64), 20)):
                     phases, losses = gpt_step_fn(shape, precision, fused)
                     time_phases(name, phases, losses, precision, fused, max(iters, n))
+        # GPT-2 small (cuda_bench's gpt2 row): eager with foreach and fused AdamW, then compiled.
+        gpt2, tokens = (12, 12, 768, 1024, 8), 8 * 1024
+        for compiled in (False, True) if "gpt2" in steps else ():
+            for fused in (True,) if compiled else (False, True):
+                for precision in ("fp32", "fp16", "bf16"):
+                    phases, losses = gpt_step_fn(gpt2, precision, fused, vocab=50304, compiled=compiled)
+                    name = "gpt2c" if compiled else "gpt2"
+                    time_phases(name, phases, losses, precision, fused, max(iters, 10), tokens)
+                    del phases, losses
+                    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@
 #                              Between the tests and the benchmark, char_gpt trains 300 steps on
 #                              the GPU in FP32, FP16 AMP and BF16 AMP; a run whose validation loss
 #                              is not finite and below the unigram model's fails.
+#                              Last, where python3 has CUDA torch, the PyTorch peer of
+#                              cuda_bench's GPT-2 row (peer/pytorch_cuda_workloads.py gpt2: eager
+#                              and torch.compile), printed beside it; not a check.
 #                              nccl_test runs as a single-rank MPI job (an isolated singleton: no
 #                              mpirun, no daemon) on the unpacked MPI runtime and libnccl.so.2
 #                              (Python's NCCL wheel, then ldconfig, then /usr/local/cuda*).
@@ -129,6 +132,8 @@ build() {
     chmod u+w "$out/bin/$(basename "$path")"
   done
   cp -f "$here/gpu_check.sh" "$out/gpu_check.sh"
+  # The PyTorch peer of cuda_bench, run where the GPU machine has torch.
+  mkdir -p "$out/peer" && cp -f bench/pytorch_cuda_workloads.py examples/gpt_pytorch.py "$out/peer/" || exit 1
   copy_text "$out/data" "$root" || { echo "error: could not write $out/data/char_gpt.txt" >&2; exit 1; }
   local floor
   floor="$(glibc_floor "$out/bin")"
@@ -356,6 +361,18 @@ run() {
       rows+=("$(summarize "$name" "$rc" "$secs" "$log")") || failed=1
     fi
   done
+  # The peer: PyTorch's eager and compiled GPT-2 step, where this machine's python has CUDA torch.
+  # Not a check (its result does not change the status), a measurement beside cuda_bench's.
+  local peer="$bindir/../peer/pytorch_cuda_workloads.py"
+  [[ -f "$peer" ]] || peer="$here/../bench/pytorch_cuda_workloads.py"
+  if [[ -f "$peer" ]] && timeout 60 python3 -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "==== PyTorch peer: $peer gpt2 (log $logs/pytorch_gpt2.log)"
+    timeout "${GPU_CHECK_TIMEOUT:-240}" python3 "$peer" gpt2 >"$logs/pytorch_gpt2.log" 2>&1
+    echo "(exit $?)"
+    cat "$logs/pytorch_gpt2.log"
+  else
+    echo "==== PyTorch peer: skipped (no python3 with CUDA torch here)"
+  fi
   echo
   echo "==== GPU check summary ===="
   printf '%-30s %-14s %6s  %s\n' binary status time tests
