@@ -12,6 +12,8 @@
 //                             projection [2, 256, 2304] to the merged [2, 256, 768], forward +
 //                             backward: split into heads, fused attention and merge (copies each
 //                             way), or self_attention reading the heads in place; same FLOP
+//   adamw_fp32                AdamW's step over 16M float32 parameters in 8 tensors with their
+//                             gradients (reads w, g, m, v and writes w, m, v: 28 bytes a parameter)
 //   copy_bandwidth            a 96 MiB float copy on the pool: the machine's copy bandwidth
 #pragma once
 
@@ -86,6 +88,16 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
                                                      Tensor(qkv).set_grad(Tensor());
                                                    },
                                                    0, flop});
+  }
+  if (name == "adamw_fp32") {
+    std::vector<Tensor> params;
+    for (int i = 0; i < 8; ++i) {
+      params.push_back(randn({2048, 1024}));
+      params.back().set_requires_grad(true);
+      params.back().set_grad(randn({2048, 1024}));
+    }
+    auto opt = std::make_shared<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-4, .weight_decay = 0.1});
+    return std::make_unique<OpWorkload>(OpWorkload{[opt] { opt->step(); }, 28.0 * 8 * 2048 * 1024, 0});
   }
   if (name == "copy_bandwidth") {
     // The same size as the add workloads' float operands, first touched here so no page faults

@@ -8,7 +8,8 @@ WORKLOAD: seed_fp32, seed_bf16 (CPU autocast, PyTorch's CPU AMP), mlp_sgd_fp32, 
           gpt_bf16 (examples/char_gpt's model and step), gpt2s_fp32, gpt2s_fp16, gpt2s_bf16 (the
           same step at GPT-2 small's shape, T = 256, batch 2); single ops
           (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16},
-          sdpa{256,1024}_{fused,composed}_{fp32,bf16}, heads_{split,packed}_{fp32,bf16}.
+          sdpa{256,1024}_{fused,composed}_{fp32,bf16}, heads_{split,packed}_{fp32,bf16}, adamw_fp32
+          (adamw_fp32_fused: PyTorch's fused CPU AdamW).
 Prints "WORKLOAD <median us per step over 5 chunks>" (single ops: then GB/s or GFLOP/s).
 --cpu-time (1 thread only) times with the process's CPU clock, as step_timer --cpu-time does.
 --version prints the interpreter's torch version and its CPU capability. Standard library + torch only.
@@ -119,6 +120,13 @@ def make_op(name):
                 x.grad = None
 
         return run, 0, 3.5 * 4.0 * 24 * t * t * 64 / 2
+    if name.startswith("adamw_fp32"):
+        # adamw_fp32: PyTorch's default AdamW (foreach); adamw_fp32_fused its fused=True CPU kernel.
+        params = [torch.randn(2048, 1024, requires_grad=True) for _ in range(8)]
+        for p in params:
+            p.grad = torch.randn(2048, 1024)
+        opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, **({"fused": True} if name.endswith("_fused") else {}))
+        return (lambda: opt.step()), 28.0 * 8 * 2048 * 1024, 0
     if name.startswith("heads_"):
         # heads_{split,packed}_{fp32,bf16}: the same in PyTorch is a split into views (strided, no
         # copies) and its default SDPA, as examples/gpt_pytorch.py's attention; both names run it.

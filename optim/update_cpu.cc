@@ -47,25 +47,45 @@ void write_rounded(const float* w, const Chunk<Lists>& c, size_t list) {
   });
 }
 
+// The element loops take their scalars by value and their arrays as restrict pointers: captured
+// by reference, the scalars are reloaded after every store (a store through a float* might change
+// them), which keeps GCC from vectorising the loop (measured: Adam's loop ran scalar, 17% of a
+// GPT-2-small BF16 step at half the machine's copy bandwidth).
+void sgd_elements(int64_t n, const float* __restrict g, float* __restrict w, SgdScalars s) {
+  for (int64_t i = 0; i < n; ++i) w[i] -= s.lr * (g[i] + s.weight_decay * w[i]);
+}
+
+void sgd_momentum_elements(int64_t n, const float* __restrict g, float* __restrict w, float* __restrict buf,
+                           SgdScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = g[i] + s.weight_decay * w[i];
+    buf[i] = s.first_step ? d : s.momentum * buf[i] + s.one_minus_dampening * d;
+    w[i] -= s.lr * (s.nesterov ? d + s.momentum * buf[i] : buf[i]);
+  }
+}
+
+void adam_elements(int64_t n, const float* __restrict g, float* __restrict w, float* __restrict m,
+                   float* __restrict v, AdamScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + s.l2 * w[i];
+    w[i] *= s.decoupled;
+    m[i] = s.beta1 * m[i] + s.one_minus_beta1 * gi;
+    v[i] = s.beta2 * v[i] + s.one_minus_beta2 * gi * gi;
+    w[i] -= s.step_size * m[i] / (std::sqrt(v[i]) / s.bc2_sqrt + s.eps);
+  }
+}
+
 }  // namespace
 
 void sgd_update(const std::vector<Chunk<kSgdLists>>& chunks, const std::vector<SgdScalars>& scalars) {
   multi_tensor::apply_cpu(chunks, scalars, [](const Chunk<kSgdLists>& c, const SgdScalars& s) {
     float* const weights = chunk_data<float>(c, kSgdWeight);
     float* const buffer = chunk_data<float>(c, kSgdMomentum);
-    const float lr = s.lr, wd = s.weight_decay, momentum = s.momentum, one_minus_dampening = s.one_minus_dampening;
-    const bool first = s.first_step, nesterov = s.nesterov;
     with_float_grad(c, kSgdGrad, [&](int64_t start, int64_t n, const float* g) {
-      float* w = weights + start;
       if (buffer == nullptr) {
-        for (int64_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+        sgd_elements(n, g, weights + start, s);
       } else {
-        float* buf = buffer + start;
-        for (int64_t i = 0; i < n; ++i) {
-          const float d = g[i] + wd * w[i];
-          buf[i] = first ? d : momentum * buf[i] + one_minus_dampening * d;
-          w[i] -= lr * (nesterov ? d + momentum * buf[i] : buf[i]);
-        }
+        sgd_momentum_elements(n, g, weights + start, buffer + start, s);
       }
     });
     write_rounded(weights, c, kSgdRounded);
@@ -75,19 +95,10 @@ void sgd_update(const std::vector<Chunk<kSgdLists>>& chunks, const std::vector<S
 void adam_update(const std::vector<Chunk<kAdamLists>>& chunks, const std::vector<AdamScalars>& scalars) {
   multi_tensor::apply_cpu(chunks, scalars, [](const Chunk<kAdamLists>& c, const AdamScalars& s) {
     float* const weights = chunk_data<float>(c, kAdamWeight);
-    const float b1 = s.beta1, b2 = s.beta2, one_minus_b1 = s.one_minus_beta1, one_minus_b2 = s.one_minus_beta2;
-    const float step_size = s.step_size, bc2_sqrt = s.bc2_sqrt, eps = s.eps, l2 = s.l2, decoupled = s.decoupled;
+    float* const exp_avg = chunk_data<float>(c, kAdamExpAvg);
+    float* const exp_avg_sq = chunk_data<float>(c, kAdamExpAvgSq);
     with_float_grad(c, kAdamGrad, [&](int64_t start, int64_t n, const float* g) {
-      float* w = weights + start;
-      float* m = chunk_data<float>(c, kAdamExpAvg) + start;
-      float* v = chunk_data<float>(c, kAdamExpAvgSq) + start;
-      for (int64_t i = 0; i < n; ++i) {
-        const float gi = g[i] + l2 * w[i];
-        w[i] *= decoupled;
-        m[i] = b1 * m[i] + one_minus_b1 * gi;
-        v[i] = b2 * v[i] + one_minus_b2 * gi * gi;
-        w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps);
-      }
+      adam_elements(n, g, weights + start, exp_avg + start, exp_avg_sq + start, s);
     });
     write_rounded(weights, c, kAdamRounded);
   });
