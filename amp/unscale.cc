@@ -91,7 +91,7 @@ void measure_all(const std::vector<Tensor>& grads, double inv_scale, const Forma
 }
 
 bool any_nonfinite(const Tensor& values) {
-  if (!values.defined() || !is_floating(values.dtype()) || values.numel() == 0) return false;
+  if (!values.defined() || !is_compute(values.dtype()) || values.numel() == 0) return false;
   std::vector<GradCounts> counts;
   measure_all({values}, 1.0, FormatTable{}, counts);
   return counts[0].infs + counts[0].nans > 0;

@@ -47,8 +47,8 @@ namespace detail {
 inline UnscaleChunks unscale_chunks(const char* who, Device device, const std::vector<Tensor>& grads,
                                     const std::vector<Tensor>* outs) {
   for (const Tensor& g : grads) {
-    AG_CHECK(is_floating(g.dtype()), who, ": gradient ", g.to_string(),
-             " is not floating (integer tensors have no gradients)");
+    AG_CHECK(is_compute(g.dtype()), who, ": gradient ", g.to_string(),
+             " is not float32, float16, bfloat16 or float64 (integer tensors have no gradients; 8-bit ones are cast first)");
   }
   return multi_tensor::make_chunks<kUnscaleLists>(
       who, {grads, outs != nullptr ? *outs : std::vector<Tensor>(grads.size())}, device);

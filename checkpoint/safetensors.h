@@ -16,7 +16,7 @@ struct NamedTensors {
   std::vector<std::pair<std::string, Tensor>> tensors = {};  ///< saved in this order
   std::map<std::string, std::string> metadata = {};     ///< the header's "__metadata__"
   /// Filled by load: a tensor stored in a dtype of the format that ampgrad has no dtype for, read
-  /// into a wider one that holds each of its values exactly (the 8-bit floats into float32; BOOL,
+  /// into a wider one that holds each of its values exactly (the FNUZ and E8M0 8-bit floats into float32; BOOL,
   /// U8, I8, I16, U16, I32, U32 and U64 into int64): name -> the file's dtype ("I32"). Save ignores
   /// it (it writes each tensor's own dtype).
   std::map<std::string, std::string> widened_from = {};
@@ -34,7 +34,7 @@ struct NamedTensors {
 void save_safetensors(const std::string& path, const NamedTensors& contents);
 
 /// Reads a safetensors file onto the CPU. Every dtype of the format is accepted: F32, F16, BF16,
-/// F64 and I64 are read as they are, the others widened exactly or listed as unread (see
+/// F64, I64, F8_E4M3 and F8_E5M2 are read as they are, the others widened exactly or listed as unread (see
 /// NamedTensors), so one tensor never makes a whole file unreadable. Throws an Error naming the
 /// file and the problem for a missing, truncated or corrupted file, an oversized header, a dtype
 /// the format does not define or inconsistent offsets; it never reads out of bounds and never

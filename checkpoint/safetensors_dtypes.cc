@@ -1,6 +1,6 @@
 // The safetensors dtypes ampgrad has no dtype of its own for, read exactly into wider ones by bit
-// conversions. A dtype in ampgrad's dtype table (F32, F16, BF16, F64, I64) never reaches this file:
-// the reader reads those as they are.
+// conversions. A dtype in ampgrad's dtype table (F32, F16, BF16, F64, I64, F8_E4M3, F8_E5M2) never
+// reaches this file: the reader reads those as they are.
 #include "checkpoint/safetensors_dtypes.h"
 
 #include <array>
@@ -32,8 +32,6 @@ struct ForeignDType {
 };
 
 constexpr ForeignDType kForeignDTypes[] = {
-    {"F8_E5M2", 8, Widening::kFloat8, {5, 15, Float8NaN::kIeee}},
-    {"F8_E4M3", 8, Widening::kFloat8, {4, 7, Float8NaN::kAllOnes}},  // PyTorch's float8_e4m3fn
     {"F8_E4M3FNUZ", 8, Widening::kFloat8, {4, 8, Float8NaN::kNegativeZero}},
     {"F8_E5M2FNUZ", 8, Widening::kFloat8, {5, 16, Float8NaN::kNegativeZero}},
     {"F8_E8M0", 8, Widening::kFloat8, {8, 127, Float8NaN::kAllOnes}},  // scales: 2^(e - 127), 0xff NaN

@@ -108,7 +108,10 @@ namespace detail {
 void check_integer_inputs(const OpInfo& info, std::span<const Tensor> inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    if (!t.defined() || is_floating(t.dtype()) || ((info.integer_inputs >> i) & 1u) != 0) continue;
+    if (!t.defined() || is_compute(t.dtype()) || ((info.integer_inputs >> i) & 1u) != 0) continue;
+    AG_CHECK(!is_float8(t.dtype()), info.name, ": input ", i, " is ", t.to_string(), ", an 8-bit float, which ops ",
+             "do not compute in (as in PyTorch, it is a storage format: cast, copied and viewed); hint: cast it ",
+             "with .to(DType::kFloat32) or .to(DType::kBFloat16) first");
     AG_FAIL(info.name, ": input ", i, " is ", t.to_string(), " but ", info.name, " computes on floating-point ",
             "tensors; hint: cast it with .to(DType::kFloat32)");
   }

@@ -20,9 +20,9 @@ template <typename To, typename From>
 void convert_cpu(const From* src, To* dst, int64_t n) {
   if constexpr (std::is_same_v<To, From>) {
     std::copy(src, src + n, dst);
-  } else if constexpr (kIsLowPrecision<From> && std::is_same_v<To, float>) {
+  } else if constexpr (kWidensToFloat<From> && std::is_same_v<To, float>) {
     widen(src, dst, static_cast<size_t>(n));
-  } else if constexpr (std::is_same_v<From, float> && kIsLowPrecision<To>) {
+  } else if constexpr (std::is_same_v<From, float> && kWidensToFloat<To>) {
     narrow(src, dst, static_cast<size_t>(n));
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
@@ -55,13 +55,13 @@ void fill(void* dst, DType dtype, int64_t n, double value) {
 }
 
 void accumulate(void* dst_ptr, const void* src_ptr, DType dtype, int64_t n) {
-  visit_floating_dtype(dtype, [&](auto t) {
+  visit_dtype(dtype, [&](auto t) {  // every floating dtype: an 8-bit float's gradient accumulates too
     using T = decltype(t);
     T* d = static_cast<T*>(dst_ptr);
     const T* s = static_cast<const T*>(src_ptr);
     // Gradient sums of whole weights: on the pool, 16-bit floats widened a block at a time.
     parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
-      if constexpr (kIsLowPrecision<T>) {
+      if constexpr (kWidensToFloat<T>) {
         constexpr int64_t kBlock = 512;
         float a[kBlock], b[kBlock];
         for (int64_t start = lo; start < hi; start += kBlock) {

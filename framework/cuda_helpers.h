@@ -33,6 +33,11 @@ template <typename T> using DeviceType = typename DeviceTypeOf<T>::type;
 template <typename T> struct DeviceComputeOf { using type = T; };
 template <> struct DeviceComputeOf<__half> { using type = float; };
 template <> struct DeviceComputeOf<__nv_bfloat16> { using type = float; };
+template <> struct DeviceComputeOf<Float8E4M3> { using type = float; };  // the 8-bit floats are their
+template <> struct DeviceComputeOf<Float8E5M2> { using type = float; };  // own device types
+template <typename T>
+inline constexpr bool kIsDeviceFloat8 = std::is_same_v<T, Float8E4M3> || std::is_same_v<T, Float8E5M2>;
+
 template <typename T> using Compute = typename DeviceComputeOf<T>::type;
 
 __host__ __device__ __forceinline__ uint32_t float_bits(float f) {
@@ -76,7 +81,26 @@ __host__ __device__ __forceinline__ float dload(__nv_bfloat16 v) {
 #endif
 }
 
+__host__ __device__ __forceinline__ float float_of_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+// The 8-bit floats by the CPU's reference (float8.h), so both backends give PyTorch's bits.
+__host__ __device__ __forceinline__ float dload(Float8E4M3 v) { return float_of_bits(fp8::to_float_bits<Float8E4M3>(v.bits)); }
+__host__ __device__ __forceinline__ float dload(Float8E5M2 v) { return float_of_bits(fp8::to_float_bits<Float8E5M2>(v.bits)); }
+
 template <typename T> __host__ __device__ __forceinline__ T dstore(Compute<T> v) { return v; }
+template <> __host__ __device__ __forceinline__ Float8E4M3 dstore<Float8E4M3>(float v) {
+  return Float8E4M3{fp8::from_float_bits<Float8E4M3>(float_bits(v), false)};
+}
+template <> __host__ __device__ __forceinline__ Float8E5M2 dstore<Float8E5M2>(float v) {
+  return Float8E5M2{fp8::from_float_bits<Float8E5M2>(float_bits(v), false)};
+}
 template <> __host__ __device__ __forceinline__ __half dstore<__half>(float v) { return __float2half_rn(v); }
 // The CPU's reference rounding (bfloat16.h), so both backends give the same bits:
 // __float2bfloat16_rn's host version turns every NaN into 0x7fff (sign and payload lost).
@@ -102,13 +126,15 @@ __host__ __device__ __forceinline__ To dconvert(From x) {
     } else {
       return dstore<__nv_bfloat16>(dload(x));  // float, or half widened exactly
     }
+  } else if constexpr (kIsDeviceFloat8<To>) {
+    return dstore<To>(static_cast<float>(dload(x)));  // through float, as the CPU and PyTorch
   } else if constexpr (std::is_same_v<To, __half>) {
     if constexpr (std::is_same_v<From, float>) {
       return __float2half_rn(x);
     } else {
       return __double2half(static_cast<double>(dload(x)));
     }
-  } else if constexpr (std::is_same_v<From, __half> || std::is_same_v<From, __nv_bfloat16>) {
+  } else if constexpr (std::is_same_v<From, __half> || std::is_same_v<From, __nv_bfloat16> || kIsDeviceFloat8<From>) {
     return static_cast<To>(dload(x));
   } else {
     return static_cast<To>(x);

@@ -13,13 +13,15 @@
 
 #include "framework/bfloat16.h"
 #include "framework/device.h"
+#include "framework/float8.h"
 #include "framework/half.h"
 
 namespace ampgrad {
 
-/// The element types: PyTorch's float32, float16, float64, int64 and bfloat16.
-enum class DType : uint8_t { kFloat32, kFloat16, kFloat64, kInt64, kBFloat16 };
-inline constexpr size_t kNumDTypes = 5;  ///< rows of the table (checked against it below)
+/// The element types: PyTorch's float32, float16, float64, int64, bfloat16, float8_e4m3fn and
+/// float8_e5m2.
+enum class DType : uint8_t { kFloat32, kFloat16, kFloat64, kInt64, kBFloat16, kFloat8E4M3, kFloat8E5M2 };
+inline constexpr size_t kNumDTypes = 7;  ///< rows of the table (checked against it below)
 
 /// The value facts of a dtype (the type facts, Storage and Compute, are in DTypeTraits).
 struct DTypeInfo {
@@ -28,6 +30,9 @@ struct DTypeInfo {
   std::string_view safetensors_name;  ///< "F32": the dtype string of the safetensors format
   size_t size;                        ///< bytes per element
   bool is_floating;  ///< a floating-point dtype (everything but int64): differentiable
+  /// Ops compute in it: every floating dtype but the 8-bit ones, which (as in PyTorch) are a
+  /// storage format that tensors are cast to and from, copied and viewed, and GEMM operands.
+  bool is_compute;
   bool is_low_precision;  ///< a 16-bit float: autocast's compute dtype, kept with an FP32 master copy
   int promotion_rank;     ///< binary ops promote to the input of highest rank (see promote_types)
   double eps;             ///< gap between 1 and the next value (2^-23 for float32): the precision unit
@@ -48,7 +53,7 @@ template <> struct DTypeTraits<DType::kFloat32> {
   using Compute = float;  ///< and compute in float
   /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kFloat32, .name = "float32", .safetensors_name = "F32", .size = 4,
-                                  .is_floating = true, .is_low_precision = false, .promotion_rank = 2,
+                                  .is_floating = true, .is_compute = true, .is_low_precision = false, .promotion_rank = 2,
                                   .eps = 0x1p-23, .max = 0x1.fffffep+127, .min_normal = 0x1p-126,
                                   .min_subnormal = 0x1p-149};
 };
@@ -59,7 +64,7 @@ template <> struct DTypeTraits<DType::kFloat16> {
   using Compute = float;  ///< computed in float
   /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kFloat16, .name = "float16", .safetensors_name = "F16", .size = 2,
-                                  .is_floating = true, .is_low_precision = true, .promotion_rank = 1,
+                                  .is_floating = true, .is_compute = true, .is_low_precision = true, .promotion_rank = 1,
                                   .eps = 0x1p-10, .max = 65504.0, .min_normal = 0x1p-14, .min_subnormal = 0x1p-24};
 };
 /// float64: the reference precision of the tests.
@@ -68,7 +73,7 @@ template <> struct DTypeTraits<DType::kFloat64> {
   using Compute = double;  ///< and compute in double
   /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kFloat64, .name = "float64", .safetensors_name = "F64", .size = 8,
-                                  .is_floating = true, .is_low_precision = false, .promotion_rank = 3,
+                                  .is_floating = true, .is_compute = true, .is_low_precision = false, .promotion_rank = 3,
                                   .eps = 0x1p-52, .max = 0x1.fffffffffffffp+1023, .min_normal = 0x1p-1022,
                                   .min_subnormal = 0x1p-1074};
 };
@@ -78,7 +83,7 @@ template <> struct DTypeTraits<DType::kInt64> {
   using Compute = int64_t;  ///< and computed in it
   /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kInt64, .name = "int64", .safetensors_name = "I64", .size = 8,
-                                  .is_floating = false, .is_low_precision = false, .promotion_rank = 0, .eps = 1.0,
+                                  .is_floating = false, .is_compute = false, .is_low_precision = false, .promotion_rank = 0, .eps = 1.0,
                                   .max = 0x1p63, .min_normal = 1.0, .min_subnormal = 1.0};
 };
 /// float32's exponent range with 8 significand bits: no underflow trouble, coarse steps.
@@ -87,8 +92,31 @@ template <> struct DTypeTraits<DType::kBFloat16> {
   using Compute = float;  ///< computed in float
   /// Its value facts.
   static constexpr DTypeInfo info{.dtype = DType::kBFloat16, .name = "bfloat16", .safetensors_name = "BF16", .size = 2,
-                                  .is_floating = true, .is_low_precision = true, .promotion_rank = 1,
+                                  .is_floating = true, .is_compute = true, .is_low_precision = true, .promotion_rank = 1,
                                   .eps = 0x1p-7, .max = 0x1.fep+127, .min_normal = 0x1p-126, .min_subnormal = 0x1p-133};
+};
+
+/// float8_e4m3fn: 4 exponent bits, 3 mantissa bits, no inf; the forward format of FP8 training.
+/// Storage only: ops refuse it, casts and views take it (see is_compute).
+template <> struct DTypeTraits<DType::kFloat8E4M3> {
+  using Storage = Float8E4M3;  ///< one byte
+  using Compute = float;       ///< widened to float
+  /// Its value facts.
+  static constexpr DTypeInfo info{.dtype = DType::kFloat8E4M3, .name = "float8_e4m3fn", .safetensors_name = "F8_E4M3",
+                                  .size = 1, .is_floating = true, .is_compute = false, .is_low_precision = false,
+                                  .promotion_rank = 1, .eps = 0x1p-3, .max = 448.0, .min_normal = 0x1p-6,
+                                  .min_subnormal = 0x1p-9};
+};
+/// float8_e5m2: 5 exponent bits, 2 mantissa bits, IEEE inf and NaN; the gradient format of FP8
+/// training (float16's range at a quarter of its precision).
+template <> struct DTypeTraits<DType::kFloat8E5M2> {
+  using Storage = Float8E5M2;  ///< one byte
+  using Compute = float;       ///< widened to float
+  /// Its value facts.
+  static constexpr DTypeInfo info{.dtype = DType::kFloat8E5M2, .name = "float8_e5m2", .safetensors_name = "F8_E5M2",
+                                  .size = 1, .is_floating = true, .is_compute = false, .is_low_precision = false,
+                                  .promotion_rank = 1, .eps = 0x1p-2, .max = 57344.0, .min_normal = 0x1p-14,
+                                  .min_subnormal = 0x1p-16};
 };
 
 namespace detail {
@@ -146,8 +174,11 @@ static_assert(detail::table_follows_enum(), "each DTypeTraits row must name its 
 
 /// Every dtype, in enum order.
 inline constexpr auto kAllDTypes = detail::dtypes_where();
-/// The dtypes ops compute in (every op runs in each of them): what the op tests iterate.
-inline constexpr auto kFloatingDTypes = detail::dtypes_where<&DTypeInfo::is_floating>();
+/// The dtypes ops compute in (every op runs in each of them): what the op tests iterate. The
+/// 8-bit floats are floating but not among them (DTypeInfo::is_compute).
+inline constexpr auto kFloatingDTypes = detail::dtypes_where<&DTypeInfo::is_compute>();
+/// The 8-bit floats: storage and GEMM operands of FP8 training.
+inline constexpr std::array<DType, 2> kFloat8DTypes{DType::kFloat8E4M3, DType::kFloat8E5M2};
 /// The 16-bit floats: autocast dtypes, stored with FP32 masters.
 inline constexpr auto kLowPrecisionDTypes = detail::dtypes_where<&DTypeInfo::is_low_precision>();
 
@@ -170,6 +201,10 @@ constexpr size_t element_size(DType dtype) { return dtype_info(dtype).size; }  /
 /// A 16-bit float (autocast's compute dtypes).
 constexpr bool is_low_precision(DType dtype) { return dtype_info(dtype).is_low_precision; }
 constexpr bool is_floating(DType dtype) { return dtype_info(dtype).is_floating; }  ///< floating point (differentiable)
+/// A dtype ops compute in (kFloatingDTypes): floating and not 8-bit.
+constexpr bool is_compute(DType dtype) { return dtype_info(dtype).is_compute; }
+/// One of the 8-bit floats.
+constexpr bool is_float8(DType dtype) { return dtype_info(dtype).is_floating && dtype_info(dtype).size == 1; }
 /// What binary ops promote to: the input of higher rank; two different dtypes of the same rank
 /// (float16 and bfloat16: neither holds the other's values) give float32, as in PyTorch.
 constexpr DType promote_types(DType a, DType b) {
@@ -237,12 +272,12 @@ decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   return detail::visit_rows<0, DType::kFloat32, nullptr>(dtype, std::forward<Fn>(fn));
 }
 
-/// Calls fn(T{}) for a floating dtype (math kernels); an integer dtype never reaches a math kernel
-/// (the dispatcher refuses it first), so it falls back to float rather than instantiating the
-/// kernel for integers.
+/// Calls fn(T{}) for a dtype ops compute in (math kernels); an integer or 8-bit dtype never reaches
+/// a math kernel (the dispatcher refuses it first), so it falls back to float rather than
+/// instantiating the kernel for it.
 template <typename Fn>
 decltype(auto) visit_floating_dtype(DType dtype, Fn&& fn) {
-  return detail::visit_rows<0, DType::kFloat32, &DTypeInfo::is_floating>(dtype, std::forward<Fn>(fn));
+  return detail::visit_rows<0, DType::kFloat32, &DTypeInfo::is_compute>(dtype, std::forward<Fn>(fn));
 }
 
 /// The dtype and compute type of a storage type: DTypeOf<Half> is kFloat16, ComputeType<Half> float.
@@ -260,16 +295,25 @@ template <typename T> inline constexpr DType kDTypeOf = StorageTraits<T>::kDType
 template <typename T> using ComputeType = typename StorageTraits<T>::Compute;
 /// Whether T is a 16-bit float storage type (Half, BFloat16): kernels widen it to float in blocks.
 template <typename T> inline constexpr bool kIsLowPrecision = StorageTraits<T>::info.is_low_precision;
+/// Whether T is stored narrower than the float it computes in (Half, BFloat16, the 8-bit floats):
+/// widen and narrow below convert whole blocks of it.
+template <typename T> inline constexpr bool kWidensToFloat = std::is_same_v<ComputeType<T>, float> && sizeof(T) < 4;
 
 /// Storage <-> compute conversions for kernels: store(op(load(a), load(b))).
 template <typename T> inline ComputeType<T> load(T v) { return v; }
 inline float load(Half v) { return half_to_float(v); }  ///< a float16 widened to float (exact)
 inline float load(BFloat16 v) { return bfloat16_to_float(v); }  ///< a bfloat16 widened to float (exact)
+inline float load(Float8E4M3 v) { return float8_to_float(v); }  ///< an 8-bit float widened to float (exact)
+inline float load(Float8E5M2 v) { return float8_to_float(v); }  ///< an 8-bit float widened to float (exact)
 template <typename T> inline T store(ComputeType<T> v) { return v; }  ///< identity for types that compute as they store
 /// Float rounded to float16 (to nearest even).
 template <> inline Half store<Half>(float v) { return float_to_half(v); }
 /// Float rounded to bfloat16 (to nearest even).
 template <> inline BFloat16 store<BFloat16>(float v) { return float_to_bfloat16(v); }
+/// Float rounded to float8_e4m3fn (nearest even; saturates past 448, as PyTorch).
+template <> inline Float8E4M3 store<Float8E4M3>(float v) { return float_to_float8_e4m3(v); }
+/// Float rounded to float8_e5m2 (nearest even; inf past 57344, as PyTorch).
+template <> inline Float8E5M2 store<Float8E5M2>(float v) { return float_to_float8_e5m2(v); }
 
 /// Bulk 16-bit float <-> float conversions (vectorised): kernels widen a block, loop on floats,
 /// and round the block back.
@@ -280,6 +324,14 @@ inline void widen(const BFloat16* src, float* dst, size_t n) { bfloat16_to_float
 inline void narrow(const float* src, Half* dst, size_t n) { float_to_half(src, dst, n); }
 /// N floats rounded to bfloat16.
 inline void narrow(const float* src, BFloat16* dst, size_t n) { float_to_bfloat16(src, dst, n); }
+/// N 8-bit floats widened to float.
+inline void widen(const Float8E4M3* src, float* dst, size_t n) { float8_to_float(src, dst, n); }
+/// N 8-bit floats widened to float.
+inline void widen(const Float8E5M2* src, float* dst, size_t n) { float8_to_float(src, dst, n); }
+/// N floats rounded to float8_e4m3fn.
+inline void narrow(const float* src, Float8E4M3* dst, size_t n) { float_to_float8(src, dst, n); }
+/// N floats rounded to float8_e5m2.
+inline void narrow(const float* src, Float8E5M2* dst, size_t n) { float_to_float8(src, dst, n); }
 
 /// A floating value as int64, as PyTorch on x86: truncated toward zero; NaN and values outside
 /// int64's range give INT64_MIN (never undefined behaviour).
@@ -289,7 +341,9 @@ constexpr int64_t float_to_int64(double v) {
 
 /// One element converted between storage types, rounded once (double -> half directly, int64 ->
 /// half through double, which is exact below 2^53 while larger values overflow half anyway;
-/// double and int64 -> bfloat16 directly, since int64 values above 2^53 are in bfloat16's range).
+/// double and int64 -> bfloat16 directly, since int64 values above 2^53 are in bfloat16's range),
+/// except that double -> an 8-bit float rounds through float, as PyTorch does (int64 -> 8-bit
+/// through float is exact wherever the 8-bit float does not overflow).
 template <typename To, typename From>
 inline To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {

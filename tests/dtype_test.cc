@@ -57,6 +57,36 @@ TEST(DTypeTable, RangesMatchTheirStorageTypes) {
   }
 }
 
+// The 8-bit rows' ranges are their storage types' too; past max e4m3 saturates (PyTorch's cast)
+// and e5m2 overflows to inf.
+TEST(DTypeTable, Float8RangesMatchTheirStorageTypes) {
+  for (DType dtype : ag::kFloat8DTypes) {
+    SCOPED_TRACE(std::string(ag::dtype_name(dtype)));
+    const ag::DTypeInfo& info = ag::dtype_info(dtype);
+    EXPECT_TRUE(ag::is_floating(dtype));
+    EXPECT_FALSE(ag::is_compute(dtype));
+    EXPECT_FALSE(ag::is_low_precision(dtype));
+    const auto round_trip = [&](double x) {
+      return ag::visit_dtype(dtype, [x](auto t) {
+        using T = decltype(t);
+        return static_cast<double>(ag::load(ag::convert<T>(x)));
+      });
+    };
+    EXPECT_EQ(round_trip(info.max), info.max);
+    const double past = round_trip(info.max * (1 + 2 * info.eps));
+    EXPECT_EQ(past, dtype == DType::kFloat8E4M3 ? info.max : INFINITY);
+    EXPECT_EQ(round_trip(info.min_normal), info.min_normal);
+    EXPECT_EQ(round_trip(info.min_normal * (1 - info.eps)), info.min_normal * (1 - info.eps));  // a subnormal
+    EXPECT_EQ(round_trip(info.min_subnormal), info.min_subnormal);
+    EXPECT_EQ(round_trip(info.min_subnormal * 0.25), 0.0);
+    EXPECT_EQ(round_trip(1.0 + info.eps), 1.0 + info.eps);
+    EXPECT_EQ(round_trip(1.0 + info.eps / 2), 1.0);  // a tie, to even
+    EXPECT_EQ(ag::dtype_from_safetensors_name(info.safetensors_name), dtype);
+  }
+  EXPECT_EQ(ag::dtype_name(DType::kFloat8E4M3), "float8_e4m3fn");
+  EXPECT_EQ(ag::dtype_name(DType::kFloat8E5M2), "float8_e5m2");
+}
+
 TEST(DTypeTable, NamesAndClasses) {
   EXPECT_EQ(ag::dtype_name(DType::kFloat32), "float32");
   EXPECT_EQ(ag::dtype_name(DType::kFloat16), "float16");
@@ -69,16 +99,18 @@ TEST(DTypeTable, NamesAndClasses) {
   EXPECT_FALSE(ag::is_low_precision(DType::kFloat64));
   // The lists derived from the rows' flags hold exactly the dtypes they are meant to, in table order.
   EXPECT_EQ(std::vector<DType>(ag::kAllDTypes.begin(), ag::kAllDTypes.end()),
-            (std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kInt64, DType::kBFloat16}));
+            (std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kInt64, DType::kBFloat16,
+                                DType::kFloat8E4M3, DType::kFloat8E5M2}));
   EXPECT_EQ(std::vector<DType>(ag::kFloatingDTypes.begin(), ag::kFloatingDTypes.end()),
             (std::vector<DType>{DType::kFloat32, DType::kFloat16, DType::kFloat64, DType::kBFloat16}));
   EXPECT_EQ(std::vector<DType>(ag::kLowPrecisionDTypes.begin(), ag::kLowPrecisionDTypes.end()),
             (std::vector<DType>{DType::kFloat16, DType::kBFloat16}));
-  // The visitors reach each dtype's storage type; an integer falls back to float for math kernels.
+  // The visitors reach each dtype's storage type; an integer or 8-bit dtype falls back to float for
+  // math kernels.
   for (DType dtype : ag::kAllDTypes) {
     EXPECT_EQ(ag::visit_dtype(dtype, [](auto t) { return ag::kDTypeOf<decltype(t)>; }), dtype);
     EXPECT_EQ(ag::visit_floating_dtype(dtype, [](auto t) { return ag::kDTypeOf<decltype(t)>; }),
-              ag::is_floating(dtype) ? dtype : DType::kFloat32);
+              ag::is_compute(dtype) ? dtype : DType::kFloat32);
   }
 }
 
@@ -87,8 +119,8 @@ TEST(DTypeTable, PromotionIsByRankAndSymmetric) {
     for (DType b : ag::kAllDTypes) {
       const DType p = ag::promote_types(a, b);
       EXPECT_EQ(p, ag::promote_types(b, a));
-      // One of the two, or float32 for two different 16-bit floats.
-      const bool two_halves = a != b && ag::is_low_precision(a) && ag::is_low_precision(b);
+      // One of the two, or float32 for two different floats of the same rank (the 16- and 8-bit ones).
+      const bool two_halves = a != b && ag::dtype_info(a).promotion_rank == ag::dtype_info(b).promotion_rank;
       if (two_halves) {
         EXPECT_EQ(p, DType::kFloat32) << a << " + " << b;
       } else {

@@ -5,11 +5,26 @@ import json
 import struct
 import sys
 
-SIZES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I64": 8}
+SIZES = {"F8_E4M3": 1, "F8_E5M2": 1, "F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I64": 8}
+FLOAT8 = {"F8_E4M3": (3, 7, False), "F8_E5M2": (2, 15, True)}  # mantissa bits, bias, has inf
 CODES = {"F16": "e", "F32": "f", "F64": "d", "I64": "q"}
 
 
+def float8_value(code, mantissa_bits, bias, has_inf):
+    sign = -1.0 if code & 0x80 else 1.0
+    exponent, mantissa = (code & 0x7F) >> mantissa_bits, code & ((1 << mantissa_bits) - 1)
+    if (code & 0x7F) == 0x7F or (has_inf and exponent == 0x1F and mantissa):
+        return float("nan")
+    if has_inf and exponent == 0x1F:
+        return sign * float("inf")
+    if exponent == 0:
+        return sign * mantissa * 2.0 ** (1 - bias - mantissa_bits)
+    return sign * (1 + mantissa / (1 << mantissa_bits)) * 2.0 ** (exponent - bias)
+
+
 def first_value(dtype, body, begin):
+    if dtype in FLOAT8:
+        return float8_value(body[begin], *FLOAT8[dtype])
     if dtype == "BF16":  # the upper half of a float32: widen by appending two zero bytes below it
         (bits,) = struct.unpack_from("<H", body, begin)
         return struct.unpack("<f", struct.pack("<I", bits << 16))[0]

@@ -131,7 +131,10 @@ TEST_F(SafetensorsDTypes, EveryDTypeOfTheFormatIsReadExactly) {
   expect_float_bits(tensor_named(read, "f8_e4m3fnuz"), {1.0f, 240.0f, nan}, "f8_e4m3fnuz");
   expect_float_bits(tensor_named(read, "f8_e5m2fnuz"), {1.0f, 57344.0f, nan}, "f8_e5m2fnuz");
   expect_float_bits(tensor_named(read, "f8_e8m0"), {1.0f, std::ldexp(1.0f, -127), 0x1p127f, nan}, "f8_e8m0");
-  for (const char* name : {"f8_e4m3", "f8_e5m2", "f8_e4m3fnuz", "f8_e5m2fnuz", "f8_e8m0"}) {
+  // PyTorch's float8_e4m3fn and float8_e5m2 are ampgrad dtypes; the other 8-bit floats widen.
+  EXPECT_EQ(tensor_named(read, "f8_e4m3").dtype(), DType::kFloat8E4M3);
+  EXPECT_EQ(tensor_named(read, "f8_e5m2").dtype(), DType::kFloat8E5M2);
+  for (const char* name : {"f8_e4m3fnuz", "f8_e5m2fnuz", "f8_e8m0"}) {
     EXPECT_EQ(tensor_named(read, name).dtype(), DType::kFloat32) << name;
   }
 
@@ -160,6 +163,8 @@ TEST_F(SafetensorsDTypes, EveryDTypeOfTheFormatIsReadExactly) {
   EXPECT_EQ(read.widened_from.count("f16"), 0u);
   EXPECT_EQ(read.widened_from.count("bf16"), 0u);
   EXPECT_EQ(read.widened_from.count("i64"), 0u);
+  EXPECT_EQ(read.widened_from.count("f8_e4m3"), 0u);
+  EXPECT_EQ(read.widened_from.count("f8_e5m2"), 0u);
   EXPECT_EQ(read.tensors.size() + read.unread.size(), 23u);
   ASSERT_EQ(read.unread.size(), 5u);
   EXPECT_NE(read.unread.at("u64_big").find("18446744073709551615"), std::string::npos) << read.unread.at("u64_big");

@@ -50,7 +50,7 @@ inline void sum_of_squares(const std::vector<Tensor>& xs, Tensor& out) {
   AG_CHECK(out.dtype() == DType::kFloat64 && out.numel() == 1, "sum_of_squares: out must be one float64 element, got ",
            out.to_string());
   for (const Tensor& x : xs) {
-    AG_CHECK(is_floating(x.dtype()) && x.device() == out.device(), "sum_of_squares: cannot add the squares of ",
+    AG_CHECK(is_compute(x.dtype()) && x.device() == out.device(), "sum_of_squares: cannot add the squares of ",
              x.to_string(), " into ", out.to_string(), "; hint: floating tensors on out's device only");
   }
   AG_ON_BACKEND(out.device(), sum_of_squares, multi_tensor::make_chunks<1>("sum_of_squares", {xs}, out.device()), out);
@@ -74,7 +74,7 @@ inline void clip_by_norm_(std::vector<Tensor>& xs, const Tensor& sum_sq, double 
            " and ", norm.to_string());
   AG_CHECK(sum_sq.data_ptr() != norm.data_ptr(), "clip_by_norm_: norm must not share sum_sq's storage");
   for (const Tensor& x : xs) {
-    AG_CHECK(is_floating(x.dtype()) && x.device() == norm.device(), "clip_by_norm_: cannot scale ", x.to_string(),
+    AG_CHECK(is_compute(x.dtype()) && x.device() == norm.device(), "clip_by_norm_: cannot scale ", x.to_string(),
              " by a norm in ", norm.to_string(), "; hint: floating tensors on norm's device only");
   }
   AG_ON_BACKEND(norm.device(), clip_by_norm_, multi_tensor::make_chunks<1>("clip_by_norm_", {xs}, norm.device()),
