@@ -7,6 +7,7 @@
 #include "amp/diagnostics/grad_stats.h"
 #include "amp/diagnostics/grad_stats_log.h"
 #include "amp/diagnostics/skip_report.h"
+#include "amp/float8.h"
 #include "amp/found_inf_sync.h"
 #include "amp/grad_scaler.h"
 #include "checkpoint/checkpoint.h"

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "checkpoint/float8_state.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/state_json.h"
 #include "framework/copy.h"
@@ -53,12 +54,12 @@ std::string list_names(const std::vector<std::string>& names) {
 }
 
 // Matches the file's tensors to the model's state_dict() (a tied parameter under each of its
-// names, as PyTorch saves it) and checks each pair's shape and dtype. Keys starting with
-// `ignored_prefix` belong to others. Under kStrict a name the two do not share is an error, as in
+// names, as PyTorch saves it) and checks each pair's shape and dtype. Keys starting with one of
+// `ignored_prefixes` belong to others. Under kStrict a name the two do not share is an error, as in
 // PyTorch's strict loading; under kNonStrict it goes to `report`.
 std::vector<Assignment> model_tensors(const NamedTensors& file, const nn::Module& model, const std::string& path,
-                                      const std::string& ignored_prefix, KeyMatching keys, DTypeRule dtypes,
-                                      LoadReport& report) {
+                                      const std::vector<std::string>& ignored_prefixes, KeyMatching keys,
+                                      DTypeRule dtypes, LoadReport& report) {
   std::map<std::string, Tensor> by_name(file.tensors.begin(), file.tensors.end());
   std::map<std::string, std::string> unread = file.unread;
   std::vector<Assignment> out;
@@ -84,7 +85,8 @@ std::vector<Assignment> model_tensors(const NamedTensors& file, const nn::Module
     by_name.erase(it);
   }
   const auto others = [&](const std::string& name) {
-    return ignored_prefix.empty() || name.rfind(ignored_prefix, 0) != 0;
+    return std::none_of(ignored_prefixes.begin(), ignored_prefixes.end(),
+                        [&](const std::string& prefix) { return name.rfind(prefix, 0) == 0; });
   };
   for (const auto& [name, t] : by_name) {
     if (others(name)) report.unexpected_keys.push_back(name);
@@ -103,7 +105,7 @@ std::vector<Assignment> model_tensors(const NamedTensors& file, const nn::Module
                   list_names(report.unexpected_keys) + " that the model has no parameter or buffer for";
     }
     AG_FAIL("load(", path, "): ", problems, "; hint: the file was saved from a different architecture",
-            ignored_prefix.empty() ? " (KeyMatching::kNonStrict loads the names both have)" : "");
+            ignored_prefixes.empty() ? " (KeyMatching::kNonStrict loads the names both have)" : "");
   }
   return out;
 }
@@ -149,7 +151,7 @@ void save_model(const std::string& path, const nn::Module& model) {
 LoadReport load_model(const std::string& path, nn::Module& model, KeyMatching keys) {
   const NamedTensors file = load_safetensors(path);
   LoadReport report;
-  assign(model_tensors(file, model, path, "", keys, DTypeRule::kConvertFloating, report));
+  assign(model_tensors(file, model, path, {}, keys, DTypeRule::kConvertFloating, report));
   return report;
 }
 
@@ -157,6 +159,7 @@ void save_checkpoint(const std::string& path, const TrainingState& state) {
   AG_CHECK(state.model != nullptr, "save_checkpoint(", path, "): TrainingState::model is required");
   NamedTensors file;
   file.tensors = state.model->state_dict();
+  for (auto& entry : detail::float8_tensors(*state.model)) file.tensors.push_back(std::move(entry));
   file.metadata["format"] = "pt";
   file.metadata["ampgrad.format_version"] = kFormatVersion;
   file.metadata["ampgrad.random"] = random::get_state();
@@ -191,7 +194,9 @@ void load_checkpoint(const std::string& path, TrainingState& state) {
   }
   LoadReport unused;  // strict: any difference throws
   const std::vector<Assignment> model_values =
-      model_tensors(file, *state.model, path, "optimizer.", KeyMatching::kStrict, DTypeRule::kExact, unused);
+      model_tensors(file, *state.model, path, {"optimizer.", detail::kFloat8Prefix}, KeyMatching::kStrict,
+                    DTypeRule::kExact, unused);
+  const auto float8_states = detail::float8_states_from(file.tensors, *state.model, path);
   detail::OptimizerMeta optimizer_meta;
   std::vector<optim::ParamState> optimizer_state;
   if (state.optimizer != nullptr) {
@@ -233,8 +238,12 @@ void load_checkpoint(const std::string& path, TrainingState& state) {
   const amp::GradScalerState saved_scaler = state.scaler != nullptr ? state.scaler->state() : amp::GradScalerState();
   const optim::LRSchedulerState saved_scheduler =
       state.scheduler != nullptr ? state.scheduler->state() : optim::LRSchedulerState();
+  std::map<std::string, std::shared_ptr<Float8LinearState>> saved_float8;
+  bool float8_set = false;
   try {
     assign(model_values);
+    saved_float8 = detail::set_float8_states(*state.model, float8_states);
+    float8_set = true;
     if (opt != nullptr) {
       opt->load_state(optimizer_state);
       if (version == "1") {
@@ -248,6 +257,7 @@ void load_checkpoint(const std::string& path, TrainingState& state) {
     random::set_state(rng->second);
   } catch (...) {
     assign(saved_model);
+    if (float8_set) detail::set_float8_states(*state.model, saved_float8);
     if (opt != nullptr) {
       opt->load_state(saved_optimizer);
       opt->load_param_group_state(saved_groups);

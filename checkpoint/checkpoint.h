@@ -1,5 +1,7 @@
 // Whole training states in one safetensors file: the model's state_dict() under its PyTorch
-// names, the optimizer's tensors under "optimizer.<index>.<name>", and in the header's
+// names, the optimizer's tensors under "optimizer.<index>.<name>", the FP8 scaling states of
+// the weights that have them under "fp8.<parameter>.<role>.<scale|amax_history>"
+// (float8_state.h), and in the header's
 // __metadata__ (JSON) the optimizer's kind, its groups' options and its counters, the
 // GradScaler's, the lr scheduler's and the random generator's states. Saving is atomic; loading
 // validates the whole file before it changes anything.

@@ -84,6 +84,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::kBFloat16: return ncclBfloat16;
     case DType::kFloat64: return ncclFloat64;
     case DType::kInt64: return ncclInt64;
+    default: break;  // the 8-bit floats: storage only, never reduced
   }
   AG_FAIL("ampgrad.distributed: NCCL groups do not handle dtype ", dtype);
 }

@@ -36,6 +36,8 @@ void narrow_saturated(const float* src, float scale, T* dst, size_t n) {
 
 }  // namespace
 
+const float* float8_value_table(Float8E4M3) { return widening_table<Float8E4M3>().data(); }
+const float* float8_value_table(Float8E5M2) { return widening_table<Float8E5M2>().data(); }
 void float8_to_float(const Float8E4M3* src, float* dst, size_t n) { widen_with_table(src, dst, n); }
 void float8_to_float(const Float8E5M2* src, float* dst, size_t n) { widen_with_table(src, dst, n); }
 void float_to_float8(const float* src, Float8E4M3* dst, size_t n) { narrow_bits(src, dst, n); }

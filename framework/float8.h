@@ -131,6 +131,10 @@ inline Float8E5M2 float_to_float8_e5m2(float x) {
   return Float8E5M2{fp8::from_float_bits<Float8E5M2>(std::bit_cast<uint32_t>(x), false)};
 }
 
+/// The values of the 256 codes, NaN codes included, for kernels that decode by table lookup.
+const float* float8_value_table(Float8E4M3);
+const float* float8_value_table(Float8E5M2);
+
 /// Bulk conversions (the widening by a 256-entry table).
 void float8_to_float(const Float8E4M3* src, float* dst, size_t n);
 void float8_to_float(const Float8E5M2* src, float* dst, size_t n);

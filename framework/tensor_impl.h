@@ -28,6 +28,7 @@ struct Storage {
 };
 
 struct PostAccumulateGradHooks;  // autograd.h
+struct Float8LinearState;        // float8_scaling.h
 
 struct TensorImpl {
   TensorImpl() = default;
@@ -48,6 +49,9 @@ struct TensorImpl {
   // backward reached a parameter after unscale_ (PyTorch cannot tell; it would step on a mix).
   uint64_t grad_pass = 0;
   std::shared_ptr<PostAccumulateGradHooks> post_accumulate_grad_hooks;  // null until one is registered
+  // A weight's FP8 scaling states (its linear's input, itself, its output's gradient): made by the
+  // first linear that uses it inside a Float8Guard.
+  std::shared_ptr<Float8LinearState> float8;
 };
 
 }  // namespace ampgrad

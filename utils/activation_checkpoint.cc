@@ -18,6 +18,7 @@
 #include "framework/autocast.h"
 #include "framework/autograd.h"
 #include "framework/error.h"
+#include "framework/float8_scaling.h"
 #include "framework/random.h"
 #include "framework/tensor_impl.h"
 #include "ops/ops.h"
@@ -90,16 +91,20 @@ std::vector<Edge> exits_of(const Tensor& root, const std::vector<Tensor>& own, u
   return edges;
 }
 
-// The state fn ran in: the random generator, every device's autocast switch and the attention
-// backend.
+// The state fn ran in: the random generator, every device's autocast switch and FP8 region (its
+// recipe and step: the recompute casts with the forward's scales) and the attention backend.
 struct ForwardState {
   std::string rng;
   std::array<autocast::State, kNumDevices> autocast{};
+  std::array<fp8::Region, kNumDevices> fp8{};
   ops::AttentionBackend attention = ops::AttentionBackend::kAuto;
 
   static ForwardState now() {
-    ForwardState s{random::get_state(), {}, ops::attention_backend()};
-    for (size_t i = 0; i < kAllDevices.size(); ++i) s.autocast[i] = autocast::state(kAllDevices[i]);
+    ForwardState s{random::get_state(), {}, {}, ops::attention_backend()};
+    for (size_t i = 0; i < kAllDevices.size(); ++i) {
+      s.autocast[i] = autocast::state(kAllDevices[i]);
+      s.fp8[i] = fp8::region(kAllDevices[i]);
+    }
     return s;
   }
 };
@@ -111,14 +116,20 @@ class RestoredState {
   explicit RestoredState(const ForwardState& state)
       : previous_(ForwardState::now()), grad_mode_(GradMode::is_enabled()), attention_(state.attention) {
     random::set_state(state.rng);
-    for (size_t i = 0; i < kAllDevices.size(); ++i) autocast::set_state(kAllDevices[i], state.autocast[i]);
+    for (size_t i = 0; i < kAllDevices.size(); ++i) {
+      autocast::set_state(kAllDevices[i], state.autocast[i]);
+      fp8::restore(kAllDevices[i], state.fp8[i]);
+    }
     autocast::enter_region();
     GradMode::set_enabled(true);
   }
   ~RestoredState() {
     GradMode::set_enabled(grad_mode_);
     autocast::exit_region();
-    for (size_t i = 0; i < kAllDevices.size(); ++i) autocast::set_state(kAllDevices[i], previous_.autocast[i]);
+    for (size_t i = 0; i < kAllDevices.size(); ++i) {
+      autocast::set_state(kAllDevices[i], previous_.autocast[i]);
+      fp8::restore(kAllDevices[i], previous_.fp8[i]);
+    }
     random::set_state(previous_.rng);
   }
   RestoredState(const RestoredState&) = delete;

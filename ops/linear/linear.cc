@@ -3,7 +3,9 @@
 //   matmul: c = a b per batch, batch dimensions broadcast;  da = dc b^T, db = a^T dc (summed back
 //           over the batch dimensions an operand was broadcast along)
 #include "framework/dispatch.h"
+#include "framework/float8_scaling.h"
 #include "ops/checks.h"
+#include "ops/linear/linear_float8.h"
 #include "ops/linear/linear_kernels.h"
 #include "ops/ops.h"
 #include "ops/reduce/reduce_kernels.h"
@@ -40,16 +42,7 @@ struct Linear {
   bool has_bias = false;
 
   void check(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    check_same_device(kInfo.name, {{"x", &x}, {"w", &w}});
-    if (b.defined()) check_same_device(kInfo.name, {{"x", &x}, {"b", &b}});
-    check_same_dtype(kInfo.name, {{"x", &x}, {"w", &w}, {"b", &b}});
-    // Built only when a check fails: formatting it on every call cost ~40% of a small training step.
-    const auto all = [&] { return describe({{"x", &x}, {"w", &w}, {"b", &b}}); };
-    AG_CHECK(x.dim() >= 1 && w.dim() == 2, kInfo.name, ": x must be [..., in] and w [out, in], got ", all());
-    AG_CHECK(x.size(-1) == w.size(1), kInfo.name, ": x has ", x.size(-1), " features but w expects ", w.size(1),
-             " (", all(), "); hint: w is [out_features, in_features], as in PyTorch");
-    AG_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), kInfo.name, ": b must be [", w.size(0),
-             "] (", all(), ")");
+    detail::check_linear(kInfo.name, x, w, b, /*same_dtype=*/true);
   }
 
   Tensor forward(SavedTensors& saved, const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -186,7 +179,29 @@ struct Matmul {
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) { return dispatch(Linear{}, x, w, b); }
+namespace detail {
+
+void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, bool same_dtype) {
+  check_same_device(op, {{"x", &x}, {"w", &w}});
+  if (b.defined()) check_same_device(op, {{"x", &x}, {"b", &b}});
+  if (same_dtype) check_same_dtype(op, {{"x", &x}, {"w", &w}, {"b", &b}});
+  // Built only when a check fails: formatting it on every call cost ~40% of a small training step.
+  const auto all = [&] { return describe({{"x", &x}, {"w", &w}, {"b", &b}}); };
+  AG_CHECK(x.dim() >= 1 && w.dim() == 2, op, ": x must be [..., in] and w [out, in], got ", all());
+  AG_CHECK(x.size(-1) == w.size(1), op, ": x has ", x.size(-1), " features but w expects ", w.size(1), " (", all(),
+           "); hint: w is [out_features, in_features], as in PyTorch");
+  AG_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)), op, ": b must be [", w.size(0), "] (", all(),
+           ")");
+}
+
+}  // namespace detail
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  if (x.defined() && fp8::region(x.device()).enabled) {
+    if (Tensor y = detail::linear_float8(x, w, b); y.defined()) return y;
+  }
+  return dispatch(Linear{}, x, w, b);
+}
 Tensor matmul(const Tensor& a, const Tensor& b) { return dispatch(Matmul{}, a, b); }
 
 }  // namespace ampgrad::ops

@@ -1,6 +1,7 @@
 // CPU GEMM. float, float16 and bfloat16 go through the packed GEMM in linear_gemm_cpu.cc: the
 // 16-bit types follow tensor-core semantics (FP16 operands widened to float, BF16 ones too or
 // multiplied as pairs by VDPBF16PS on AVX512_BF16; FP32 accumulation, the result rounded once).
+// FP8 operands (the FP8 linear's) are decoded exactly while they are packed, into a float32 result.
 // float64, which only references and tests use, goes through Eigen. A batch runs its products on
 // the pool, one per task, when there are enough of them; otherwise one after the other, each
 // threaded inside.
@@ -60,6 +61,8 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   const int64_t k = trans_a == Transpose::kYes ? a.size(-2) : a.size(-1);
   const DType dtype = out.dtype();
   const size_t elem = element_size(dtype);
+  AG_CHECK(dtype != DType::kFloat64 || (a.dtype() == dtype && b.dtype() == dtype),
+           "gemm: a float64 product takes float64 operands, got ", a.dtype(), " and ", b.dtype());
   // A shared b under a batch of untransposed a: the batch is one GEMM over the stacked rows.
   if (batch > 1 && batch_of(b) == 1 && batch_of(a) == batch && trans_a == Transpose::kNo) {
     const Matrix stacked{a.data_ptr(), batch * m, k}, shared = matrix(b, 0);
@@ -68,7 +71,7 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
                          out.data<double>(), batch * m, n);
     }
     const MatrixView bias_view = bias.defined() ? MatrixView{bias.data_ptr(), bias.dtype(), 0, 1} : MatrixView{};
-    return sgemm(batch * m, n, k, view(stacked, dtype, trans_a), view(shared, dtype, trans_b), bias_view,
+    return sgemm(batch * m, n, k, view(stacked, a.dtype(), trans_a), view(shared, b.dtype(), trans_b), bias_view,
                  out.data_ptr(), dtype);
   }
   const auto one = [&](int64_t i) {
@@ -78,7 +81,7 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
                          static_cast<double*>(c), m, n);
     }
     const MatrixView bias_view = bias.defined() ? MatrixView{bias.data_ptr(), bias.dtype(), 0, 1} : MatrixView{};
-    sgemm(m, n, k, view(matrix(a, i), dtype, trans_a), view(matrix(b, i), dtype, trans_b), bias_view, c, dtype);
+    sgemm(m, n, k, view(matrix(a, i), a.dtype(), trans_a), view(matrix(b, i), b.dtype(), trans_b), bias_view, c, dtype);
   };
   // Many small products (attention's per-head GEMMs): one per task, each single-threaded (a GEMM
   // inside a pool task runs serially). Few large ones: in turn, each spread over the pool.

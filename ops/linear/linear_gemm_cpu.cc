@@ -198,12 +198,12 @@ void sgemm_direct(const Problem& pb) {
   }
 }
 
-// The first `n` elements of a 16-bit operand widened into `buffer` (vectorised); a float one as it is.
+// The first `n` elements of a 16- or 8-bit operand widened into `buffer` (vectorised); a float one as it is.
 const float* widened(const void* data, DType dtype, int64_t n, Buffer& buffer) {
   const float* out = static_cast<const float*>(data);
   visit_operand(dtype, [&](auto t) {
     using T = decltype(t);
-    if constexpr (kIsLowPrecision<T>) {
+    if constexpr (!std::is_same_v<T, float>) {
       float* wide = buffer.get(n);
       widen(static_cast<const T*>(data), wide, static_cast<size_t>(n));
       out = wide;
@@ -219,7 +219,19 @@ const float* widened(const void* data, DType dtype, int64_t n, Buffer& buffer) {
 // float product.
 void run_direct(Problem pb) {
   if (pb.kernel->direct != nullptr) {
-    thread_local Buffer sums;
+    thread_local Buffer sums, a_bits, b_bits;
+    // The pair kernel reads bfloat16: 8-bit float operands become their exact bfloat16 bits first.
+    const auto as_bfloat16 = [](MatrixView& v, int64_t rows, int64_t cols, Buffer& buffer) {
+      if (!is_float8(v.dtype)) return;
+      const int64_t span = rows == 0 || cols == 0 ? 0 : (rows - 1) * v.row_stride + (cols - 1) * v.col_stride + 1;
+      auto* bits = reinterpret_cast<uint16_t*>(buffer.get((span + 1) / 2));
+      const uint16_t* table = float8_bf16_table(v.dtype);
+      const auto* codes = static_cast<const uint8_t*>(v.data);
+      for (int64_t i = 0; i < span; ++i) bits[i] = table[codes[i]];
+      v = {bits, DType::kBFloat16, v.row_stride, v.col_stride};
+    };
+    as_bfloat16(pb.a, pb.m, pb.k, a_bits);
+    as_bfloat16(pb.b, pb.k, pb.n, b_bits);
     float* c = pb.c_rounded != nullptr ? sums.get(pb.m * pb.n) : pb.c_float;
     pb.kernel->direct(pb.m, pb.n, pb.k, pb.a, pb.b, pb.bias, c);
     if (pb.c_rounded != nullptr) store_rounded_rows(pb, c, pb.n, 0, 0, pb.m, pb.n);
@@ -241,10 +253,13 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
            DType c_dtype, const GemmOptions& options) {
   if (m == 0 || n == 0) return;
   const bool c_rounded = is_low_precision(c_dtype);
+  // bfloat16 and the 8-bit floats (exact in bfloat16) go to the BF16 pair kernel where there is one.
+  const auto pairable = [](DType d) { return d == DType::kBFloat16 || is_float8(d); };
+  const bool pairs = pairable(a.dtype) && pairable(b.dtype);
   const MicroKernel& kernel =
-      options.kernel != nullptr ? *options.kernel : default_micro_kernel(a.dtype == b.dtype ? a.dtype : DType::kFloat32);
-  AG_CHECK(kernel.packing == Packing::kFloat || (a.dtype == DType::kBFloat16 && b.dtype == DType::kBFloat16),
-           "sgemm: the ", kernel.name, " kernel multiplies bfloat16 by bfloat16, not ", a.dtype, " by ", b.dtype);
+      options.kernel != nullptr ? *options.kernel : default_micro_kernel(pairs ? DType::kBFloat16 : DType::kFloat32);
+  AG_CHECK(kernel.packing == Packing::kFloat || pairs, "sgemm: the ", kernel.name,
+           " kernel multiplies bfloat16 (or 8-bit float) operands, not ", a.dtype, " by ", b.dtype);
   thread_local Buffer wide_bias;  // a 16-bit bias is widened once into a buffer reused across calls
   Problem pb{m, n, k, a, b, nullptr, nullptr, nullptr, c_dtype, &kernel, 0};
   if (bias.data != nullptr) pb.bias = widened(bias.data, bias.dtype, n, wide_bias);

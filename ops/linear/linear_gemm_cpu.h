@@ -14,7 +14,7 @@
 namespace ampgrad::kernels::cpu {
 
 /// A read-only matrix: element (i, j) is data[i * row_stride + j * col_stride], stored as `dtype`
-/// (float32, float16 or bfloat16). A transpose is the same data with the strides swapped.
+/// (float32, float16, bfloat16 or an 8-bit float). A transpose is the same data with the strides swapped.
 struct MatrixView {
   const void* data = nullptr;
   DType dtype = DType::kFloat32;

@@ -1,10 +1,13 @@
 // Packing for the packed GEMM (see linear_gemm_pack_cpu.h). Float panels: every operand widened
-// exactly to float. BF16 pair panels: bfloat16 bits moved, never converted, two k to a word. Both
-// use the baseline's 8-wide vectors at every level (packing is memory-bound); edges and other
-// strides take the plain loops.
+// exactly to float (an 8-bit float by its code's entry in a table). BF16 pair panels: bfloat16
+// bits moved, never converted, two k to a word (an 8-bit float's exact bfloat16 bits from a
+// table). Both use the baseline's 8-wide vectors at every level (packing is memory-bound); edges,
+// other strides and 8-bit pairs take the plain loops.
 #include "ops/linear/linear_gemm_pack_cpu.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -19,6 +22,13 @@ namespace {
 inline float load1(const float* p) { return *p; }
 inline float load1(const Half* p) { return half_to_float(*p); }
 inline float load1(const BFloat16* p) { return bfloat16_to_float(*p); }
+template <typename T>
+inline float load1_float8(const T* p) {
+  static const float* const table = float8_value_table(T{});
+  return table[p->bits];
+}
+inline float load1(const Float8E4M3* p) { return load1_float8(p); }
+inline float load1(const Float8E5M2* p) { return load1_float8(p); }
 
 #ifdef AMPGRAD_SGEMM_AVX2
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -28,6 +38,15 @@ inline __m256 load8(const BFloat16* p) {
   const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
+// An 8-bit float is looked up in the table of its 256 codes' values.
+template <typename T>
+inline __m256 load8_float8(const T* p) {
+  const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  static const float* const table = float8_value_table(T{});
+  return _mm256_i32gather_ps(table, codes, 4);
+}
+inline __m256 load8(const Float8E4M3* p) { return load8_float8(p); }
+inline __m256 load8(const Float8E5M2* p) { return load8_float8(p); }
 
 // Transposes the 8 x 8 block held in r[0..7] (rows) into columns, in place.
 inline void transpose8(__m256 r[8]) {
@@ -142,17 +161,29 @@ void pack_a_panel(const T* a, int64_t rs, int64_t cs, int64_t i0, int64_t m_end,
 
 // ---- bfloat16 pairs (Packing::kBFloat16Pairs) --------------------------------------------------
 
+// An operand element's bfloat16 bits: its own, or an 8-bit float's value (exact in bfloat16: E4M3
+// and E5M2 have at most 3 mantissa bits and exponents within bfloat16's normal range) from a table.
+struct Bf16Bits {
+  uint16_t operator()(BFloat16 v) const { return v.bits; }
+};
+template <typename T>
+struct Float8Bf16Bits {
+  const uint16_t* table = float8_bf16_table(kDTypeOf<T>);
+  uint16_t operator()(T v) const { return table[v.bits]; }
+};
+
 // dst[q * width + j] = pair_word(x(2q, j), x(2q + 1, j)) for 2q < kc and j < width, where
-// x(p, j) = src[p * p_stride + j * j_stride]. Columns from `valid` are zero; an odd kc's last word
-// takes `pad` as its second.
-void pack_pairs_scalar(const BFloat16* src, int64_t p_stride, int64_t j_stride, int64_t width, int64_t valid,
-                       int64_t kc, uint16_t pad, uint32_t* dst) {
+// x(p, j) = bits(src[p * p_stride + j * j_stride]). Columns from `valid` are zero; an odd kc's last
+// word takes `pad` as its second.
+template <typename T, typename Bits>
+void pack_pairs_scalar(const T* src, int64_t p_stride, int64_t j_stride, int64_t width, int64_t valid, int64_t kc,
+                       uint16_t pad, uint32_t* dst, Bits bits) {
   for (int64_t q = 0; 2 * q < kc; ++q) {
-    const BFloat16* first = src + 2 * q * p_stride;
+    const T* first = src + 2 * q * p_stride;
     const bool whole = 2 * q + 1 < kc;
     for (int64_t j = 0; j < width; ++j) {
-      const uint16_t second = !whole ? pad : j < valid ? first[p_stride + j * j_stride].bits : 0;
-      dst[q * width + j] = pair_word(j < valid ? first[j * j_stride].bits : 0, second);
+      const uint16_t second = !whole ? pad : j < valid ? bits(first[p_stride + j * j_stride]) : 0;
+      dst[q * width + j] = pair_word(j < valid ? bits(first[j * j_stride]) : 0, second);
     }
   }
 }
@@ -190,10 +221,39 @@ void pack_pairs(const BFloat16* src, int64_t p_stride, int64_t j_stride, int64_t
     }
   }
 #endif
-  pack_pairs_scalar(src + 2 * q * p_stride, p_stride, j_stride, width, valid, kc - 2 * q, pad, dst + q * width);
+  pack_pairs_scalar(src + 2 * q * p_stride, p_stride, j_stride, width, valid, kc - 2 * q, pad, dst + q * width,
+                    Bf16Bits{});
+}
+
+// 8-bit float operands as bfloat16 pairs, a table lookup per element.
+template <typename T>
+void pack_pairs(const T* src, int64_t p_stride, int64_t j_stride, int64_t width, int64_t valid, int64_t kc,
+                uint16_t pad, uint32_t* dst) {
+  pack_pairs_scalar(src, p_stride, j_stride, width, valid, kc, pad, dst, Float8Bf16Bits<T>{});
+}
+
+// Calls fn(T{}) with the storage type of an operand the pair kernel takes: bfloat16 or an 8-bit float.
+template <typename Fn>
+void visit_pair_operand(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat8E4M3: return fn(Float8E4M3{});
+    case DType::kFloat8E5M2: return fn(Float8E5M2{});
+    default: return fn(BFloat16{});
+  }
 }
 
 }  // namespace
+
+const uint16_t* float8_bf16_table(DType dtype) {
+  const auto make = [](const float* values) {
+    std::array<uint16_t, 256> t{};
+    for (size_t c = 0; c < 256; ++c) t[c] = static_cast<uint16_t>(std::bit_cast<uint32_t>(values[c]) >> 16);
+    return t;
+  };
+  static const std::array<uint16_t, 256> e4m3 = make(float8_value_table(Float8E4M3{}));
+  static const std::array<uint16_t, 256> e5m2 = make(float8_value_table(Float8E5M2{}));
+  return dtype == DType::kFloat8E4M3 ? e4m3.data() : e5m2.data();
+}
 
 void pack_a_block(const MatrixView& a, int64_t m_rows, int64_t i0, int64_t i1, int64_t p0, int64_t kc, int64_t mr,
                   Packing packing, float* dst) {
@@ -201,8 +261,10 @@ void pack_a_block(const MatrixView& a, int64_t m_rows, int64_t i0, int64_t i1, i
   for (int64_t i = i0; i < i1; i += mr) {
     float* out = dst + (i - i0) / mr * panel;
     if (packing == Packing::kBFloat16Pairs) {
-      pack_pairs(static_cast<const BFloat16*>(a.data) + i * rs + p0 * cs, cs, rs, mr, std::min(mr, i1 - i), kc, kPadA,
-                 reinterpret_cast<uint32_t*>(out));
+      visit_pair_operand(a.dtype, [&](auto t) {
+        pack_pairs(static_cast<const decltype(t)*>(a.data) + i * rs + p0 * cs, cs, rs, mr, std::min(mr, i1 - i), kc,
+                   kPadA, reinterpret_cast<uint32_t*>(out));
+      });
       continue;
     }
     visit_operand(a.dtype, [&](auto t) {
@@ -224,8 +286,10 @@ void pack_b_block(const MatrixView& b, int64_t p0, int64_t kc, int64_t j0, int64
     for (int64_t j = j0; j < j1; j += nr) {
       float* out = dst + (j - j0) / nr * panel + packed_rows(p, packing) * nr;
       if (packing == Packing::kBFloat16Pairs) {
-        pack_pairs(static_cast<const BFloat16*>(b.data) + (p0 + p) * rs + j * cs, rs, cs, nr,
-                   std::min(nr, n_end - j), rows, kPadB, reinterpret_cast<uint32_t*>(out));
+        visit_pair_operand(b.dtype, [&](auto t) {
+          pack_pairs(static_cast<const decltype(t)*>(b.data) + (p0 + p) * rs + j * cs, rs, cs, nr,
+                     std::min(nr, n_end - j), rows, kPadB, reinterpret_cast<uint32_t*>(out));
+        });
         continue;
       }
       visit_operand(b.dtype, [&](auto t) {

@@ -1,6 +1,6 @@
 // The packed GEMM's packing (linear_gemm_cpu.cc): blocks of a and b laid out in panels of 32-bit
 // words in the order the micro-kernel reads them (linear_gemm_micro_cpu.h, Packing). Transposes
-// disappear here, and FP16/BF16 become floats, or BF16 pairs for the BF16 kernel.
+// disappear here, and FP16/BF16/FP8 become floats, or BF16 pairs for the BF16 kernel.
 #pragma once
 
 #include <cstdint>
@@ -27,15 +27,22 @@ inline constexpr uint16_t kPadA = 0x0000, kPadB = 0x8000;
 /// VDPBF16PS multiplies first.
 constexpr uint32_t pair_word(uint16_t first, uint16_t second) { return (uint32_t{first} << 16) | second; }
 
-/// Calls fn(T{}) with the storage type of a GEMM operand's dtype (float, Half or BFloat16).
+/// Calls fn(T{}) with the storage type of a GEMM operand's dtype (float, Half, BFloat16 or one of
+/// the 8-bit floats).
 template <typename Fn>
 void visit_operand(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::kFloat16: return fn(Half{});
     case DType::kBFloat16: return fn(BFloat16{});
+    case DType::kFloat8E4M3: return fn(Float8E4M3{});
+    case DType::kFloat8E5M2: return fn(Float8E5M2{});
     default: return fn(float{});
   }
 }
+
+/// The bfloat16 bits of each of an 8-bit float dtype's 256 codes (every value is exact in bfloat16),
+/// for the BF16 pair kernel.
+const uint16_t* float8_bf16_table(DType dtype);
 
 /// a(i, p) for rows [i0, i1) of a's m_rows and k in [p0, p0 + kc), as consecutive mr-row panels
 /// of packed_rows(kc) x mr words; rows from i1 to the end of the last panel are zero.

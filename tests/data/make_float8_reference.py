@@ -28,7 +28,7 @@ import sys
 import torch
 
 FORMATS = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-SAFETENSORS = {torch.float32: "F32", torch.float64: "F64", torch.uint8: "U8"}
+SAFETENSORS = {torch.float32: "F32", torch.float64: "F64", torch.uint8: "U8", torch.int64: "I64"}
 
 
 def save(path, tensors, metadata):

@@ -1,0 +1,47 @@
+// Float8Guard: the user's switch for FP8 linears over a scope, and the recipe that says how each
+// tensor is scaled into its 8-bit format (framework/float8_scaling.h has the arithmetic).
+#pragma once
+
+#include "framework/device.h"
+#include "framework/float8_scaling.h"
+#include "framework/tensor.h"
+
+namespace ampgrad::amp {
+
+using ampgrad::Float8AmaxCompute;
+using ampgrad::Float8Format;
+using ampgrad::Float8LinearState;
+using ampgrad::Float8Recipe;
+using ampgrad::Float8Scaling;
+using ampgrad::Float8ScalingState;
+
+/// While it lives, every linear (and nn::Linear) on `device` in this thread runs its three GEMMs
+/// (y, dx, dw) with FP8 operands and FP32 accumulation, scaled per `recipe`, as Transformer
+/// Engine's fp8_autocast does; every other op follows the enclosing AutocastGuard (BF16 usually;
+/// the linear's output takes the autocast dtype too). The backward of a linear recorded inside
+/// the guard runs in FP8 wherever it is called. Each outermost guard is one step of delayed
+/// scaling: enter it once per forward. Each leaf weight (a parameter) keeps its own scaling states
+/// (its input's, its own and its output gradient's); a weight computed in the forward is new every
+/// step, so its linear scales by current amaxes. A non-finite operand makes the product NaN (the
+/// saturating cast would hide an inf from GradScaler). RAII and thread-local; nests; enabled = false turns FP8 off
+/// inside an enclosing guard. On CUDA, linear runs as outside the guard for now (said once).
+class Float8Guard {
+ public:
+  explicit Float8Guard(Device device, const Float8Recipe& recipe = {}, bool enabled = true);
+  ~Float8Guard();
+  Float8Guard(const Float8Guard&) = delete;
+  Float8Guard& operator=(const Float8Guard&) = delete;
+
+ private:
+  Device device_;
+  fp8::Region previous_;
+};
+
+/// Whether a Float8Guard is on for `device` in this thread right now.
+bool is_float8_enabled(Device device);
+
+/// The FP8 scaling states that live with `weight` (its linear's input, itself, its output's
+/// gradient), or null before a linear inside a Float8Guard has used it.
+const Float8LinearState* float8_state(const Tensor& weight);
+
+}  // namespace ampgrad::amp
