@@ -22,6 +22,9 @@ std::string mode_name(Mode mode) {
     case Mode::kBf16NoScaling: return "bf16, no loss scaling";
     case Mode::kBf16ParamsNoMasters: return "bf16 params, no masters";
     case Mode::kBf16ParamsMasters: return "bf16 params, fp32 masters";
+    case Mode::kFp8NoScaling: return "fp8, no scaling";
+    case Mode::kFp8CurrentScaling: return "fp8, current scaling";
+    case Mode::kFp8DelayedScaling: return "fp8, delayed scaling";
   }
   return "?";
 }
@@ -47,6 +50,10 @@ Result train(Mode mode, const Config& config) {
   if (mode == Mode::kBf16ParamsNoMasters) opt.set_master_weights(ag::optim::MasterWeights::kNone);
   const bool scaled = mode == Mode::kFp16StaticScale || mode == Mode::kFp16DynamicScale;
   const bool low = mode != Mode::kFp32;
+  const bool fp8_mode = mode == Mode::kFp8NoScaling || mode == Mode::kFp8CurrentScaling || mode == Mode::kFp8DelayedScaling;
+  const ag::amp::Float8Scaling fp8_scaling = mode == Mode::kFp8NoScaling        ? ag::amp::Float8Scaling::kNone
+                                             : mode == Mode::kFp8CurrentScaling ? ag::amp::Float8Scaling::kCurrent
+                                                                                : ag::amp::Float8Scaling::kDelayed;
   const ag::DType autocast_dtype = scaled || mode == Mode::kFp16NoScaling ? ag::DType::kFloat16 : ag::DType::kBFloat16;
   ag::amp::GradScalerOptions scaler_options{.growth_interval = config.dynamic_growth_interval, .enabled = scaled};
   if (mode == Mode::kFp16StaticScale) {
@@ -81,6 +88,7 @@ Result train(Mode mode, const Config& config) {
     {
       // With BF16 parameters autocast casts only the FP32 input to BF16.
       ag::amp::AutocastGuard autocast(dev, autocast_dtype, /*enabled=*/low);
+      ag::amp::Float8Guard fp8(dev, {.scaling = fp8_scaling}, /*enabled=*/fp8_mode);
       loss = ag::ops::mse_loss(model(x), y) * static_cast<float>(config.loss_weight);
     }
     result.losses.push_back(loss.item() / config.loss_weight);
@@ -132,8 +140,9 @@ Result train(Mode mode, const Config& config) {
 }
 
 std::vector<Mode> all_modes() {
-  return {Mode::kFp32,          Mode::kFp16NoScaling,        Mode::kFp16StaticScale, Mode::kFp16DynamicScale,
-          Mode::kBf16NoScaling, Mode::kBf16ParamsNoMasters, Mode::kBf16ParamsMasters};
+  return {Mode::kFp32,          Mode::kFp16NoScaling,        Mode::kFp16StaticScale,   Mode::kFp16DynamicScale,
+          Mode::kBf16NoScaling, Mode::kBf16ParamsNoMasters, Mode::kBf16ParamsMasters, Mode::kFp8NoScaling,
+          Mode::kFp8CurrentScaling, Mode::kFp8DelayedScaling};
 }
 
 std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>& runs, const std::string& dir) {
@@ -146,12 +155,22 @@ std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>&
     return xs;
   };
 
-  utils::Chart loss{.title = "training loss: FP32, FP16 with and without loss scaling, BF16",
+  utils::Chart loss{.title = "training loss: FP32, FP16 with and without loss scaling, BF16, FP8 with and without scaling",
                     .xlabel = "step",
                     .ylabel = "MSE (log scale)",
                     .log_y = true};
+  // gnuplot's default palette has eight colours; the FP8 rows get their own.
+  const auto color_of = [](Mode mode) -> std::string {
+    switch (mode) {
+      case Mode::kFp8NoScaling: return "#7f7f7f";
+      case Mode::kFp8CurrentScaling: return "#c51b7d";
+      case Mode::kFp8DelayedScaling: return "#8c510a";
+      default: return "";
+    }
+  };
   for (const auto& [mode, r] : runs) {
-    loss.series.push_back({.name = mode_name(mode), .x = steps_of(r.losses.size()), .y = r.losses});
+    loss.series.push_back(
+        {.name = mode_name(mode), .x = steps_of(r.losses.size()), .y = r.losses, .color = color_of(mode)});
   }
   paths.push_back((std::filesystem::path(dir) / "loss.png").string());
   utils::plot_png(loss, paths.back());

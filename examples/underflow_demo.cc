@@ -1,6 +1,7 @@
 // Why loss scaling matters for FP16 and master weights for BF16, made visible: the same training
 // run in FP32; in FP16 autocast without scaling, with a static scale and with the dynamic
-// GradScaler; in BF16 autocast without scaling; and with BF16 parameters without and with masters.
+// GradScaler; in BF16 autocast without scaling; with BF16 parameters without and with masters; and
+// with linear's GEMMs in FP8 without scaling, with current scaling and with delayed scaling.
 //   underflow_demo [--plot DIR]   DIR: loss.png, scale.png, grad_exponents.png (needs gnuplot)
 #include <cstdio>
 #include <cstring>

@@ -118,4 +118,24 @@ TEST(UnderflowDemo, Bf16NeedsNoScalingButNeedsMasters) {
   EXPECT_GT(no_masters.final_loss, 20.0 * masters.final_loss);
 }
 
+TEST(UnderflowDemo, Fp8NeedsEveryTensorScaled) {
+  const underflow::Result fp32 = underflow::train(Mode::kFp32);
+  const underflow::Result plain = underflow::train(Mode::kFp8NoScaling);
+  const underflow::Result current = underflow::train(Mode::kFp8CurrentScaling);
+  const underflow::Result delayed = underflow::train(Mode::kFp8DelayedScaling);
+  // Unscaled, every gradient of 1e-7 is far below E5M2's smallest subnormal (1.5e-5): nothing trains.
+  EXPECT_GT(plain.zero_grad_fraction, 0.99);
+  EXPECT_GT(plain.lost_update_fraction, 0.99);
+  EXPECT_GT(plain.final_loss, 1000.0 * fp32.final_loss);
+  // Scaled per tensor, the gradients live (delayed scaling loses its first step, cast at scale 1
+  // before any amax was seen), and the run ends within E4M3's 3-bit precision of the fit.
+  EXPECT_LT(current.zero_grad_fraction, 1e-4);  // a few exact zeros, as a dead ReLU unit gives
+  EXPECT_LT(delayed.zero_grad_fraction, 0.01);
+  for (const underflow::Result& r : {current, delayed}) {
+    EXPECT_LT(r.lost_update_fraction, 0.01);
+    EXPECT_LT(r.final_loss, plain.final_loss / 100.0);
+    EXPECT_LT(r.final_loss, 1e-3);
+  }
+}
+
 }  // namespace

@@ -152,8 +152,9 @@ std::string gnuplot_script(const Chart& chart, const std::string& data_path, con
     const Series& series = chart.series[i];
     s << (i ? ", \\\n     " : "") << gnuplot_quote(data_path) << " index " << i << " using 1:2 with "
       << style_name(series.style) << (series.style == SeriesStyle::kBoxes ? " fillstyle solid 0.5" : "")
-      << " linewidth 2 axes " << (series.axis == Axis::kRight ? "x1y2" : "x1y1") << " title "
-      << gnuplot_quote(series.name);
+      << " linewidth 2"
+      << (series.color.empty() ? "" : " linecolor rgb " + gnuplot_quote(series.color))
+      << " axes " << (series.axis == Axis::kRight ? "x1y2" : "x1y1") << " title " << gnuplot_quote(series.name);
   }
   s << "\n";
   return s.str();

@@ -21,6 +21,7 @@ struct Series {
   std::vector<double> y{};                  ///< the values, one per x
   SeriesStyle style = SeriesStyle::kLines;  ///< how it is drawn
   Axis axis = Axis::kLeft;                  ///< which y axis it is read against
+  std::string color{};                      ///< any gnuplot colour ("#rrggbb" or a name); empty: gnuplot's next
 };
 
 /// A labelled band behind the curves, e.g. FP16's subnormal range of exponents.
