@@ -1,9 +1,9 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
 //   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time] [--memory]
-// WORKLOAD: seed_{fp32,amp,bf16} mlp_{sgd,adam}_{fp32,amp,bf16} fashion_{fp32,amp,bf16} gpt_{fp32,amp,bf16}
-//   gpt2s_{fp32,amp,bf16} (GPT-2 small's shape, T = 256, batch 2; gpt2s_ckpt_* with
-//   --checkpoint-activations) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a GradScaler, bf16 is
-//   BF16 autocast without one; the single ops of op_workloads.h (add_bias_*, add_residual_*,
+// WORKLOAD: seed_{fp32,amp,bf16} mlp_{sgd,adam}_{fp32,amp,bf16,fp8} fashion_{fp32,amp,bf16,fp8}
+//   gpt_{fp32,amp,bf16,fp8} gpt2s_{fp32,amp,bf16,fp8} (GPT-2 small's shape, T = 256, batch 2; gpt2s_ckpt_*
+//   with --checkpoint-activations) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a
+//   GradScaler, bf16 is BF16 autocast without one, fp8 the same with linear's GEMMs in FP8; the single ops of op_workloads.h (add_bias_*, add_residual_*,
 //   bmm_*, copy_bandwidth: prints "WORKLOAD <median us> <GB/s or GFLOP/s>"),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
 //   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps),
@@ -75,6 +75,7 @@ double median_seconds_per_call(const std::function<void()>& fn, double seconds) 
 std::unique_ptr<ag::bench::Steppable> make_workload(const std::string& name) {
   const Precision precision = name.ends_with("_amp")    ? Precision::kAmp
                               : name.ends_with("_bf16") ? Precision::kAmpBf16
+                              : name.ends_with("_fp8")  ? Precision::kFp8
                                                         : Precision::kFp32;
   if (name.rfind("seed_", 0) == 0) return std::make_unique<ag::bench::Workload>(ag::bench::seed_workload(precision));
   if (name.rfind("fashion_", 0) == 0) {

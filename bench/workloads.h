@@ -19,7 +19,7 @@
 namespace ampgrad::bench {
 
 /// kAmp: FP16 autocast with a GradScaler. kAmpBf16: BF16 autocast without one (BF16's recipe).
-enum class Precision { kFp32, kAmp, kAmpBf16 };
+enum class Precision { kFp32, kAmp, kAmpBf16, kFp8 };  // kFp8: FP8 linears (delayed scaling) in BF16 autocast
 enum class Optim { kSgd, kAdam };
 
 /// A training step to time.
@@ -34,6 +34,7 @@ struct Workload : Steppable {
   amp::GradScaler scaler;
   DType autocast_dtype;
   bool autocast;
+  bool fp8;  // linear's GEMMs in FP8 (a Float8Guard inside the autocast)
   Tensor x, y;
   Tensor labels;  // int64 [batch]: the loss is cross_entropy(model(x), labels) instead of MSE
 
@@ -43,8 +44,10 @@ struct Workload : Steppable {
            Optim optimizer, DType param_dtype = DType::kFloat32)
       : model(std::move(m)),
         scaler({.enabled = precision == Precision::kAmp}),
-        autocast_dtype(precision == Precision::kAmpBf16 ? DType::kBFloat16 : DType::kFloat16),
-        autocast(precision != Precision::kFp32) {
+        autocast_dtype(precision == Precision::kAmpBf16 || precision == Precision::kFp8 ? DType::kBFloat16
+                                                                                        : DType::kFloat16),
+        autocast(precision != Precision::kFp32),
+        fp8(precision == Precision::kFp8) {
     model->to(param_dtype);
     if (optimizer == Optim::kAdam) {
       opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
@@ -60,6 +63,7 @@ struct Workload : Steppable {
     Tensor loss;
     {
       amp::AutocastGuard guard(Device::kCPU, autocast_dtype, autocast);
+      amp::Float8Guard float8(Device::kCPU, {}, fp8);
       loss = labels.defined() ? ops::cross_entropy((*model)(x), labels) : ops::mse_loss((*model)(x), y);
     }
     scaler.scale(loss).backward();
@@ -149,6 +153,7 @@ struct GptWorkload : Steppable {
     o.device = device;
     o.precision = precision == Precision::kAmp       ? char_gpt::Precision::kFloat16Amp
                   : precision == Precision::kAmpBf16 ? char_gpt::Precision::kBFloat16Amp
+                  : precision == Precision::kFp8     ? char_gpt::Precision::kFp8
                                                      : char_gpt::Precision::kFloat32;
     return o;
   }

@@ -3,6 +3,8 @@
 #include "distributed/data_parallel.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <chrono>
 #include <sstream>
 
@@ -10,7 +12,9 @@
 #include "framework/autograd.h"
 #include "framework/device.h"
 #include "framework/error.h"
+#include "framework/float8_scaling.h"
 #include "framework/storage_kernels.h"
+#include "framework/tensor_impl.h"
 
 namespace ampgrad::distributed {
 
@@ -203,7 +207,41 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
     }
   }
   if (options_.broadcast_buffers) broadcast_buffers();
+  if (options_.reduce_float8_amax) reduce_float8_amaxes();
   return module_.forward(x);
+}
+
+// Every rank runs the same guards, so every rank takes part or none does. The slots of weights
+// without FP8 states yet (the first step) are 0, which leaves the others' maxima as they are; a
+// NaN goes as inf (MAX over NaN is not defined the same way by every MPI and NCCL), which keeps
+// the scale just as a NaN does.
+void DistributedDataParallel::reduce_float8_amaxes() {
+  if (params_.empty()) return;
+  const fp8::Region region = fp8::region(params_.front().device());
+  if (!region.enabled || region.recipe.scaling != Float8Scaling::kDelayed) return;
+  constexpr int kRoles = 3;
+  const auto roles = [](Float8LinearState& s) {
+    return std::array<Float8ScalingState*, kRoles>{&s.input, &s.weight, &s.grad_output};
+  };
+  std::vector<float> amaxes(params_.size() * kRoles, 0.0f);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Float8LinearState* state = params_[i].impl()->float8.get();
+    if (state == nullptr) continue;
+    const std::lock_guard<std::mutex> lock(state->mutex);
+    for (int r = 0; r < kRoles; ++r) {
+      const float a = roles(*state)[static_cast<size_t>(r)]->amax_history()[0];
+      amaxes[i * kRoles + static_cast<size_t>(r)] = std::isnan(a) ? INFINITY : a;
+    }
+  }
+  Tensor reduced = Tensor::from_vector(amaxes, {static_cast<int64_t>(amaxes.size())}).to(params_.front().device());
+  group_.all_reduce(reduced, ReduceOp::kMax);
+  const std::vector<float> out = reduced.to_vector();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Float8LinearState* state = params_[i].impl()->float8.get();
+    if (state == nullptr) continue;
+    const std::lock_guard<std::mutex> lock(state->mutex);
+    for (int r = 0; r < kRoles; ++r) roles(*state)[static_cast<size_t>(r)]->set_step_amax(out[i * kRoles + static_cast<size_t>(r)]);
+  }
 }
 
 void DistributedDataParallel::on_gradient_ready(size_t index) {

@@ -29,6 +29,10 @@ struct DataParallelOptions {
   /// false: every bucket is reduced after the whole backward, none during it (to measure what
   /// overlapping buys; the results are the same bits).
   bool overlap = true;
+  /// Inside a Float8Guard with delayed scaling, reduce the amaxes the weights' FP8 states recorded
+  /// in the step before with MAX across ranks, before each forward, so that every rank scales by
+  /// the same amaxes (Transformer Engine's amax reduction). false only to show what it prevents.
+  bool reduce_float8_amax = true;
 };
 
 /// What the reduction cost, for benchmarks.
@@ -94,6 +98,7 @@ class DistributedDataParallel : public nn::Module {
   void check_replicas();
   void check_unchanged() const;
   void broadcast_buffers();
+  void reduce_float8_amaxes();
   void build_buckets();
   void on_gradient_ready(size_t index);
   void launch_ready_buckets();

@@ -1,6 +1,7 @@
 // Trains a character-level GPT on a text (by default every text of Debian's fortunes package),
 // printing train and validation loss as it goes and a sample at the end. --amp (or --amp=fp16)
-// trains with FP16 autocast and a GradScaler; --amp=bf16 with BF16 autocast and no scaler.
+// trains with FP16 autocast and a GradScaler; --amp=bf16 with BF16 autocast and no scaler;
+// --amp=fp8 the same with the linears' GEMMs in FP8 (delayed scaling).
 // --device=cuda trains on the GPU. --save writes a checkpoint (it loads in PyTorch); --resume
 // continues one. --plot=DIR draws the loss (and with FP16 AMP the loss scale) into DIR/*.png
 // through gnuplot. --checkpoint-activations recomputes each block in the backward instead of
@@ -27,7 +28,7 @@ namespace {
 
 void usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--data=PATH] [--device=cpu|cuda] [--amp[=fp16|bf16]] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
+               "usage: %s [--data=PATH] [--device=cpu|cuda] [--amp[=fp16|bf16|fp8]] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
                "          [--embd=N] [--lr=X] [--seed=N] [--eval-every=N] [--save=FILE] [--resume=FILE]\n"
                "          [--sample=N] [--plot=DIR] [--checkpoint-activations] [--preset=gpt2-124m] [--vocab=N]\n",
                program);
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
       else if (arg == "--device=cuda") options.device = ag::Device::kCUDA;
       else if (arg == "--amp" || arg == "--amp=fp16") options.precision = char_gpt::Precision::kFloat16Amp;
       else if (arg == "--amp=bf16") options.precision = char_gpt::Precision::kBFloat16Amp;
+      else if (arg == "--amp=fp8") options.precision = char_gpt::Precision::kFp8;
       else if (key == "--steps") options.steps = parse_count(key, value);
       else if (key == "--batch") options.batch_size = parse_count(key, value);
       else if (key == "--block") options.model.block_size = parse_count(key, value);

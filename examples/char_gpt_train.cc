@@ -16,6 +16,7 @@ ag::DType autocast_dtype(Precision precision) {
     case Precision::kFloat32: return ag::DType::kFloat32;
     case Precision::kFloat16Amp: return ag::DType::kFloat16;
     case Precision::kBFloat16Amp: return ag::DType::kBFloat16;
+    case Precision::kFp8: return ag::DType::kBFloat16;
   }
   return ag::DType::kFloat32;
 }
@@ -27,6 +28,7 @@ const char* precision_name(Precision precision) {
     case Precision::kFloat32: return "FP32";
     case Precision::kFloat16Amp: return "FP16 AMP";
     case Precision::kBFloat16Amp: return "BF16 AMP";
+    case Precision::kFp8: return "FP8 linears in BF16 AMP";
   }
   return "?";
 }
@@ -69,6 +71,7 @@ std::pair<ag::Tensor, ag::Tensor> batch(const std::vector<int64_t>& ids, int64_t
 ag::Tensor loss_of(gpt::GPT& model, const ag::Tensor& x, const ag::Tensor& y, Precision precision) {
   const bool amp = precision != Precision::kFloat32;
   ag::amp::AutocastGuard autocast(x.device(), amp ? autocast_dtype(precision) : ag::DType::kFloat16, amp);
+  ag::amp::Float8Guard fp8(x.device(), {}, precision == Precision::kFp8);  // delayed scaling
   const ag::Tensor logits = model(x);
   return ag::ops::cross_entropy(ag::ops::reshape(logits, {-1, logits.size(-1)}), y);
 }

@@ -29,7 +29,7 @@ Corpus load_corpus(const std::string& path, int64_t block_size);
 
 /// kFloat16Amp: FP16 autocast with a GradScaler; kBFloat16Amp: BF16 autocast without one (BF16
 /// has FP32's exponent range, so its gradients need no loss scaling).
-enum class Precision { kFloat32, kFloat16Amp, kBFloat16Amp };
+enum class Precision { kFloat32, kFloat16Amp, kBFloat16Amp, kFp8 };  // kFp8: FP8 linears in BF16 autocast
 
 /// The autocast dtype of an AMP precision (float32 for kFloat32: no autocast).
 ag::DType autocast_dtype(Precision precision);

@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
         ag::Tensor loss;
         {
           const ag::amp::AutocastGuard autocast = fm::autocast_for(precision);
+          const ag::amp::Float8Guard fp8 = fm::float8_for(precision);  // the wrapper reduces the amaxes
           loss = ag::ops::cross_entropy(ddp(batch.images), batch.labels);
         }
         classifier.scaler.scale(loss).backward();  // the gradients are the ranks' average here
@@ -109,8 +110,9 @@ int main(int argc, char** argv) {
       ag::Tensor mean = ag::Tensor::from_vector(
           std::vector<float>{static_cast<float>(loss_sum / static_cast<double>(steps_per_epoch))}, {1});
       world.all_reduce(mean, dist::ReduceOp::kAvg);
-      // Every rank holds the same model, so rank 0 alone evaluates it.
-      if (rank == 0) result = fm::evaluate(classifier.model, test, precision);
+      // Every rank holds the same model, so rank 0 alone evaluates it; in FP8 every rank does, since
+      // an evaluation moves the weights' amax histories, which must stay alike on every rank.
+      if (rank == 0 || precision == fm::Precision::kFp8) result = fm::evaluate(classifier.model, test, precision);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
       if (rank == 0) {
         std::printf("epoch %lld/%lld  train loss %.4f  test loss %.4f  test accuracy %.2f%%",

@@ -50,6 +50,7 @@ DType autocast_dtype(Precision precision) {
     case Precision::kFp32: return DType::kFloat32;
     case Precision::kAmp: return DType::kFloat16;
     case Precision::kAmpBf16: return DType::kBFloat16;
+    case Precision::kFp8: return DType::kBFloat16;
   }
   return DType::kFloat32;
 }
@@ -59,6 +60,7 @@ const char* precision_name(Precision precision) {
     case Precision::kFp32: return "FP32";
     case Precision::kAmp: return "AMP (FP16 autocast + GradScaler)";
     case Precision::kAmpBf16: return "AMP (BF16 autocast, no scaler)";
+    case Precision::kFp8: return "FP8 linears (E4M3/E5M2, delayed scaling) in BF16 autocast, no scaler";
   }
   return "?";
 }
@@ -66,6 +68,10 @@ const char* precision_name(Precision precision) {
 amp::AutocastGuard autocast_for(Precision precision) {
   const bool amp = precision != Precision::kFp32;
   return amp::AutocastGuard(Device::kCPU, amp ? autocast_dtype(precision) : DType::kFloat16, amp);
+}
+
+amp::Float8Guard float8_for(Precision precision) {
+  return amp::Float8Guard(Device::kCPU, {}, precision == Precision::kFp8);
 }
 
 Classifier::Classifier(nn::Sequential m, const TrainOptions& opts)
@@ -81,6 +87,7 @@ float Classifier::train_step(const Tensor& x, const Tensor& y) {
   Tensor loss;
   {
     const amp::AutocastGuard autocast = autocast_for(options.precision);
+    const amp::Float8Guard fp8 = float8_for(options.precision);
     loss = ops::cross_entropy(model(x), y);  // 16-bit logits under autocast; cross_entropy runs in FP32
   }
   scaler.scale(loss).backward();
@@ -104,6 +111,7 @@ Evaluation evaluate(nn::Module& model, const Dataset& data, Precision precision,
     Tensor logits;
     {
       const amp::AutocastGuard autocast = autocast_for(precision);
+      const amp::Float8Guard fp8 = float8_for(precision);
       logits = model(x);
       loss_sum += ops::cross_entropy(logits, y, {.reduction = ops::Reduction::kSum}).item<double>();
     }
@@ -162,8 +170,8 @@ double train_epoch(Classifier& classifier, const Dataset& data, const std::funct
 bool parse_command_line(int argc, char** argv, CommandLine& out, OutputFlags outputs) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
-    if (arg == "--amp" || arg == "--amp=fp16" || arg == "--amp=bf16") {
-      out.precision = arg == "--amp=bf16" ? Precision::kAmpBf16 : Precision::kAmp;
+    if (arg == "--amp" || arg == "--amp=fp16" || arg == "--amp=bf16" || arg == "--amp=fp8") {
+      out.precision = arg == "--amp=bf16" ? Precision::kAmpBf16 : arg == "--amp=fp8" ? Precision::kFp8 : Precision::kAmp;
       continue;
     }
     if (const size_t eq = arg.find('='); eq != std::string::npos) {

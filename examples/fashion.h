@@ -46,14 +46,16 @@ std::string describe(const MlpConfig& config);
 nn::Sequential make_mlp(const MlpConfig& config = {});
 
 /// kAmp: FP16 autocast + GradScaler; kAmpBf16: BF16 autocast, no scaler (BF16's gradients do not
-/// underflow).
-enum class Precision : uint8_t { kFp32, kAmp, kAmpBf16 };
+/// underflow); kFp8: the same with the linears' GEMMs in FP8 (Float8Guard, delayed scaling).
+enum class Precision : uint8_t { kFp32, kAmp, kAmpBf16, kFp8 };
 
 /// The autocast dtype of an AMP precision (float32 for kFp32: no autocast).
 DType autocast_dtype(Precision precision);
 /// A CPU autocast guard for `precision`: disabled (and its dtype unused) for kFp32.
 amp::AutocastGuard autocast_for(Precision precision);
-/// "FP32", "AMP (FP16 autocast + GradScaler)", "AMP (BF16 autocast, no scaler)".
+/// A CPU Float8Guard (Transformer Engine's default recipe), enabled for kFp8 only.
+amp::Float8Guard float8_for(Precision precision);
+/// "FP32", "AMP (FP16 autocast + GradScaler)", "AMP (BF16 autocast, no scaler)", "FP8 ...".
 const char* precision_name(Precision precision);
 
 struct TrainOptions {
@@ -104,7 +106,7 @@ Dataset gather(const Dataset& data, const Tensor& indices);
 double train_epoch(Classifier& classifier, const Dataset& data,
                    const std::function<void(int64_t, float)>& on_step = nullptr);
 
-/// The command line of the Fashion-MNIST examples: --amp[=fp16|bf16], --data DIR, --epochs N,
+/// The command line of the Fashion-MNIST examples: --amp[=fp16|bf16|fp8], --data DIR, --epochs N,
 /// --batch-size N, --lr X, --train-samples N, --seed N, and where `outputs` is set --plot DIR and
 /// --logdir DIR; each value as "--name VALUE" or "--name=VALUE".
 struct CommandLine {

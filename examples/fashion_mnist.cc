@@ -1,7 +1,8 @@
 // Trains an MLP classifier on Fashion-MNIST in FP32, with FP16 autocast and a GradScaler (--amp),
-// or with BF16 autocast and no scaler (--amp=bf16); prints the loss and test accuracy after each
+// with BF16 autocast and no scaler (--amp=bf16), or with FP8 linears in BF16 autocast (--amp=fp8);
+// prints the loss and test accuracy after each
 // epoch (progress and times on stderr).
-//   ./bazelw run //examples:fashion_mnist -- [--amp[=fp16|bf16]] [--data DIR] [--epochs N] [--train-samples N]
+//   ./bazelw run //examples:fashion_mnist -- [--amp[=fp16|bf16|fp8]] [--data DIR] [--epochs N] [--train-samples N]
 //       [--plot DIR] [--logdir DIR]
 #include <chrono>
 #include <cstdio>
@@ -20,10 +21,11 @@ namespace fm = ampgrad::fashion;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: fashion_mnist [--amp[=fp16|bf16]] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
+    "usage: fashion_mnist [--amp[=fp16|bf16|fp8]] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
     "[--seed N] [--plot DIR] [--logdir DIR]\n"
     "  --amp, --amp=fp16 FP16 autocast + GradScaler (default: FP32)\n"
     "  --amp=bf16        BF16 autocast, no GradScaler\n"
+    "  --amp=fp8         BF16 autocast with the linears' GEMMs in FP8 (delayed scaling), no GradScaler\n"
     "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
     "                    (default /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist)\n"
     "  --train-samples N train on the first N training images only\n"
@@ -121,7 +123,10 @@ int main(int argc, char** argv) {
       for (const std::string& path : training_plots::write(curves, args.plot)) std::printf("wrote %s\n", path.c_str());
     }
     std::printf("final test accuracy %.2f%% (%s, %lld epochs)\n", 100 * result.accuracy,
-                precision == fm::Precision::kFp32 ? "FP32" : scaled ? "FP16 AMP" : "BF16 AMP",
+                precision == fm::Precision::kFp32  ? "FP32"
+                : scaled                           ? "FP16 AMP"
+                : precision == fm::Precision::kFp8 ? "FP8"
+                                                   : "BF16 AMP",
                 static_cast<long long>(args.epochs));
   } catch (const ag::Error& e) {
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());

@@ -79,6 +79,8 @@ class Float8ScalingState {
   void update(const Float8Recipe& recipe, DType format);
   /// Starts a step without scaling (Float8Scaling::kNone): history[0] = 0, the rest kept.
   void clear_step_amax() { history_[0] = 0.0f; }
+  /// history[0] = amax: the step's amax as reduced across data-parallel ranks.
+  void set_step_amax(float amax) { history_[0] = amax; }
   /// Current scaling: records amax and sets the scale from it at once.
   void set_from_amax(float amax, const Float8Recipe& recipe, DType format);
   /// For checkpoints: the state exactly as saved.

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <iterator>
@@ -458,6 +460,57 @@ TEST(CudaKernels, FusedAttentionGradientsAreDeterministic) {
     return g;
   };
   EXPECT_EQ(run(), run());
+}
+
+// The 8-bit float casts on the GPU give the CPU's codes (which //tests:float8_test holds to
+// PyTorch's): from every float16 and bfloat16 pattern, from floats around every rounding
+// boundary and past the range, from float64; every code widened; and device-to-device casts.
+TEST(CudaKernels, Float8CastsMatchTheCpuBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  std::vector<uint16_t> patterns(65536);
+  for (size_t i = 0; i < patterns.size(); ++i) patterns[i] = static_cast<uint16_t>(i);
+  Tensor every_half = Tensor::empty({65536}, DType::kFloat16), every_bf16 = Tensor::empty({65536}, DType::kBFloat16);
+  std::memcpy(every_half.data_ptr(), patterns.data(), 65536 * 2);
+  std::memcpy(every_bf16.data_ptr(), patterns.data(), 65536 * 2);
+  std::vector<float> floats = every_bf16.to_vector();
+  for (float v : every_half.to_vector()) floats.push_back(v);
+  for (double v : agt::random_values(100000, -60000.0, 60000.0, 40)) floats.push_back(static_cast<float>(v));
+  for (double v : agt::random_values(100000, -1e-3, 1e-3, 41)) floats.push_back(static_cast<float>(v));
+  const Tensor x = Tensor::from_vector(floats, {static_cast<int64_t>(floats.size())});
+  const auto bytes = [](const Tensor& t) {
+    const Tensor cpu = t.to(Device::kCPU);
+    const auto* p = static_cast<const uint8_t*>(cpu.data_ptr());
+    return std::vector<uint8_t>(p, p + cpu.numel());
+  };
+  for (DType fp8 : ag::kFloat8DTypes) {
+    SCOPED_TRACE(ag::dtype_name(fp8));
+    EXPECT_EQ(bytes(x.to(Device::kCUDA).to(fp8)), bytes(x.to(fp8)));
+    EXPECT_EQ(bytes(every_half.to(Device::kCUDA).to(fp8)), bytes(every_half.to(fp8)));
+    EXPECT_EQ(bytes(every_bf16.to(Device::kCUDA).to(fp8)), bytes(every_bf16.to(fp8)));
+    const Tensor x64 = x.to(DType::kFloat64);
+    EXPECT_EQ(bytes(x64.to(Device::kCUDA).to(fp8)), bytes(x64.to(fp8)));
+    Tensor codes = Tensor::empty({256}, fp8);
+    for (int c = 0; c < 256; ++c) static_cast<uint8_t*>(codes.data_ptr())[c] = static_cast<uint8_t>(c);
+    const std::vector<float> want = codes.to(DType::kFloat32).to_vector();
+    const std::vector<float> got = codes.to(Device::kCUDA).to(DType::kFloat32).to_vector();
+    for (int c = 0; c < 256; ++c) EXPECT_EQ(std::bit_cast<uint32_t>(got[c]), std::bit_cast<uint32_t>(want[c])) << c;
+    EXPECT_EQ(bytes(x.to(fp8).to(Device::kCUDA).to(DType::kBFloat16).to(fp8)), bytes(x.to(fp8)));
+    EXPECT_EQ(ag::zeros({8}, fp8, Device::kCUDA).to_vector(), std::vector<float>(8, 0.0f));
+  }
+}
+
+// Until the CUDA FP8 GEMMs exist, linear inside a Float8Guard on CUDA runs as outside it.
+TEST(CudaKernels, LinearInsideAFloat8GuardRunsAsOutsideItForNow) {
+  SKIP_WITHOUT_CUDA();
+  const Tensor x = random_tensor({4, 8}, DType::kFloat32, 42, Device::kCUDA);
+  const Tensor w = random_tensor({3, 8}, DType::kFloat32, 43, Device::kCUDA);
+  Tensor y;
+  {
+    ag::amp::Float8Guard fp8(Device::kCUDA);
+    y = ag::ops::linear(x, w);
+  }
+  EXPECT_EQ(y.to_vector(), ag::ops::linear(x, w).to_vector());
+  EXPECT_EQ(ag::amp::float8_state(w), nullptr);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/float8.h"
 #include "amp/grad_scaler.h"
 #include "ddp_test_util.h"
 #include "distributed/checkpoint.h"
@@ -41,7 +42,7 @@ using namespace ag::ddp_testing;
 
 namespace {
 
-enum class Precision { kFloat32, kAutocast, kFloat16Parameters };
+enum class Precision { kFloat32, kAutocast, kFloat16Parameters, kFloat8 };  // kFloat8: FP8 linears in BF16 autocast
 
 struct Config {
   Precision precision = Precision::kFloat32;
@@ -63,6 +64,9 @@ struct Result {
   std::vector<double> scales;
   bool replicas_always_identical = true;
   dist::DataParallelStats stats;
+  // Every weight's FP8 scales and closed amax histories at the end (history[0], the last step's
+  // own, is reduced at the next forward).
+  std::vector<float> float8_states;
 };
 
 Result train(const Data& data, const Config& c) {
@@ -93,7 +97,9 @@ Result train(const Data& data, const Config& c) {
       if (c.on_input) c.on_input(step, m, x);
       Tensor loss;
       {
-        ag::amp::AutocastGuard autocast(ag::Device::kCPU, DType::kFloat16, amp);
+        const bool fp8 = c.precision == Precision::kFloat8;
+        ag::amp::AutocastGuard autocast(ag::Device::kCPU, fp8 ? DType::kBFloat16 : DType::kFloat16, amp);
+        ag::amp::Float8Guard float8(ag::Device::kCPU, {.amax_history_len = 4}, fp8);
         loss = ag::ops::mse_loss(net(x).to(DType::kFloat32), y);
       }
       // Each micro-batch's mean, weighted so the accumulated gradient is the whole batch's mean.
@@ -108,6 +114,14 @@ Result train(const Data& data, const Config& c) {
   }
   result.params = snapshot(model);
   if (ddp) result.stats = ddp->stats();
+  for (const Tensor& p : model.parameters()) {
+    const ag::Float8LinearState* state = ag::amp::float8_state(p);
+    if (state == nullptr) continue;
+    for (const ag::Float8ScalingState* s : {&state->input, &state->weight, &state->grad_output}) {
+      result.float8_states.push_back(s->scale());
+      result.float8_states.insert(result.float8_states.end(), s->amax_history().begin() + 1, s->amax_history().end());
+    }
+  }
   return result;
 }
 
@@ -306,6 +320,33 @@ TEST(DataParallelFoundInf, WithoutTheAgreementTheReplicasWouldDiverge) {
                                            .after_backward = inject_inf_after_reduction});
   EXPECT_FALSE(run.replicas_always_identical);
   EXPECT_EQ(run.stepped[kInfStep], world().rank() != world().size() - 1);
+}
+
+// ---- FP8 ----------------------------------------------------------------------------------------
+
+// Whether `values` are the same on every rank.
+bool same_on_every_rank(const std::vector<float>& values) {
+  Tensor most = Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
+  Tensor least = -most;
+  world().all_reduce(most, dist::ReduceOp::kMax);
+  world().all_reduce(least, dist::ReduceOp::kMax);
+  return most.to_vector() == (-least).to_vector();
+}
+
+// Each rank's batch has its own amaxes. Reduced with MAX before each forward, they give every rank
+// the same FP8 scales and amax histories after every step; without the reduction they differ (the
+// replicas stay identical either way: the gradients are averaged).
+TEST(DataParallelFloat8, AmaxesAreReducedSoEveryRankScalesAlike) {
+  if (world().size() == 1) GTEST_SKIP() << "needs two ranks";
+  for (const bool reduce : {true, false}) {
+    SCOPED_TRACE(reduce ? "reduced" : "not reduced");
+    Config c{.precision = Precision::kFloat8, .steps = 5};
+    c.ddp.reduce_float8_amax = reduce;
+    const Result run = train(shared_data(), c);
+    EXPECT_TRUE(run.replicas_always_identical);
+    ASSERT_EQ(run.float8_states.size(), 3u * 3u * 4u);  // three linears' weights, 3 states of 1 + 3 values
+    EXPECT_EQ(same_on_every_rank(run.float8_states), reduce);
+  }
 }
 
 // ---- Gradient accumulation ----------------------------------------------------------------------

@@ -99,6 +99,18 @@ TEST(FashionTraining, Bf16LossFallsLikeFp32) {
   EXPECT_NEAR(bf16.test.accuracy, fp32.test.accuracy, 0.04);
 }
 
+// FP8 linears (delayed scaling) inside BF16 autocast, no scaler: E4M3 keeps 3 mantissa bits, so
+// the run tracks FP32 more loosely than BF16 does.
+TEST(FashionTraining, Fp8LossFallsLikeFp32) {
+  SKIP_WITHOUT_DATA();
+  const TrainingRun fp8 = train(fm::Precision::kFp8);
+  expect_learned(fp8);
+  EXPECT_EQ(fp8.skipped, 0);
+  const TrainingRun fp32 = train(fm::Precision::kFp32);
+  EXPECT_NEAR(fp8.last_epoch_loss, fp32.last_epoch_loss, 0.15 * fp32.last_epoch_loss);
+  EXPECT_NEAR(fp8.test.accuracy, fp32.test.accuracy, 0.04);
+}
+
 TEST(FashionData, LoadsNormalisedFlatImages) {
   SKIP_WITHOUT_DATA();
   const fm::Dataset d = fm::load_dataset(fm::kDefaultDataDir, data::MnistSplit::kTest, 100);
@@ -203,6 +215,9 @@ TEST(FashionCommandLine, ParsesTheExamplesFlags) {
   ASSERT_TRUE(parse({"--amp"}, fm::OutputFlags::kNo, b));
   EXPECT_EQ(b.precision, fm::Precision::kAmp);
   EXPECT_EQ(b.data, fm::kDefaultDataDir);
+  fm::CommandLine f;
+  ASSERT_TRUE(parse({"--amp=fp8"}, fm::OutputFlags::kNo, f));
+  EXPECT_EQ(f.precision, fm::Precision::kFp8);
   for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
            {"--plot", "p"}, {"--epochs", "0"}, {"--epochs=2x"}, {"--lr=-1"}, {"--seed=-3"}, {"--batch-size"},
            {"--unknown=1"}, {"--epochs="}}) {

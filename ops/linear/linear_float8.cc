@@ -87,7 +87,7 @@ Tensor scaled_product(const Scaled& a, Transpose ta, const Scaled& b, Transpose 
   }
   Tensor sums = Tensor::empty({m, n}, DType::kFloat32, a.data.device());
   kernels::gemm(a.data, ta, b.data, tb, Tensor(), sums);
-  // In double: each inverse scale may be as small as 1 / FLT_MAX.
+  // Formed in double: each inverse scale may be as small as 1 / FLT_MAX.
   kernels::cpu::descale(sums, 1.0 / a.scale / b.scale, bias, out);
   return out;
 }

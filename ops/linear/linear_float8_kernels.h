@@ -13,8 +13,9 @@ float amax(const Tensor& src);
 /// dst = saturate(src * scale) in dst's 8-bit format (clamped to +-max, NaN kept), element-wise;
 /// returns amax(src) from the same pass (delayed scaling records it).
 float quantize_float8(const Tensor& src, float scale, Tensor& dst);
-/// out[i, j] = products[i, j] * alpha + bias[j] (bias may be undefined), in double and rounded
-/// once to out's dtype; products is float32 of out's shape.
+/// out[i, j] = products[i, j] * alpha + bias[j] (bias may be undefined), in float (alpha rounded
+/// to float) where alpha is a normal float, else in double, rounded once to out's dtype; products
+/// is float32 of out's shape.
 void descale(const Tensor& products, double alpha, const Tensor& bias, Tensor& out);
 
 }  // namespace ampgrad::kernels::cpu

@@ -1,13 +1,15 @@
 // Packing for the packed GEMM (see linear_gemm_pack_cpu.h). Float panels: every operand widened
 // exactly to float (an 8-bit float by its code's entry in a table). BF16 pair panels: bfloat16
 // bits moved, never converted, two k to a word (an 8-bit float's exact bfloat16 bits from a
-// table). Both use the baseline's 8-wide vectors at every level (packing is memory-bound); edges,
-// other strides and 8-bit pairs take the plain loops.
+// table, a panel at a time). Both use the baseline's 8-wide vectors at every level (packing is
+// memory-bound); edges and other strides take the plain loops.
 #include "ops/linear/linear_gemm_pack_cpu.h"
 
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
+#include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -38,12 +40,29 @@ inline __m256 load8(const BFloat16* p) {
   const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
-// An 8-bit float is looked up in the table of its 256 codes' values.
+// An 8-bit float widened without a table (gathers are slow): its 7-bit magnitude placed where a
+// float's exponent and mantissa start is that float's value times 2^(bias - 127), subnormals
+// included (a float subnormal times a power of two is exact), so one multiply rebiases it; the
+// codes of inf and NaN get the bits float8_to_float gives them; then the sign.
 template <typename T>
 inline __m256 load8_float8(const T* p) {
+  using F = fp8::Format<T>;
+  constexpr int m = F::kMantissaBits;
   const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  static const float* const table = float8_value_table(T{});
-  return _mm256_i32gather_ps(table, codes, 4);
+  const __m256i magnitude = _mm256_and_si256(codes, _mm256_set1_epi32(0x7f));
+  const __m256 value = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(magnitude, 23 - m)),
+                                     _mm256_set1_ps(std::ldexp(1.0f, 127 - F::kBias)));
+  const __m256i mantissa = _mm256_and_si256(magnitude, _mm256_set1_epi32((1 << m) - 1));
+  const __m256i quiet = _mm256_andnot_si256(_mm256_cmpeq_epi32(mantissa, _mm256_setzero_si256()),
+                                            _mm256_set1_epi32(0x00400000));
+  const __m256i special = _mm256_or_si256(_mm256_or_si256(_mm256_set1_epi32(0x7f800000), quiet),
+                                          _mm256_slli_epi32(mantissa, 23 - m));
+  // The first special magnitude: e4m3's NaN (0x7f), e5m2's inf (0x7c).
+  const __m256i is_special =
+      _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(F::kHasInf ? 0x7b : 0x7e));
+  const __m256i bits = _mm256_blendv_epi8(_mm256_castps_si256(value), special, is_special);
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_castsi256_ps(_mm256_or_si256(bits, sign));
 }
 inline __m256 load8(const Float8E4M3* p) { return load8_float8(p); }
 inline __m256 load8(const Float8E5M2* p) { return load8_float8(p); }
@@ -225,10 +244,43 @@ void pack_pairs(const BFloat16* src, int64_t p_stride, int64_t j_stride, int64_t
                     Bf16Bits{});
 }
 
-// 8-bit float operands as bfloat16 pairs, a table lookup per element.
+#ifdef AMPGRAD_SGEMM_AVX2
+// out[0, n) = the bfloat16 bits of codes[0, n), 8 at a time: each code's float from the table,
+// whose top half is its bfloat16 (exact), then the halves packed.
+template <typename T>
+void decode_bf16(const T* codes, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i lo = _mm256_srli_epi32(_mm256_castps_si256(load8(codes + i)), 16);
+    const __m256i hi = _mm256_srli_epi32(_mm256_castps_si256(load8(codes + i + 8)), 16);
+    // packus works within 128-bit lanes: put the 16 results back in order.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
+  }
+  const Float8Bf16Bits<T> bits;
+  for (; i < n; ++i) out[i] = bits(codes[i]);
+}
+#endif
+
+// 8-bit float operands as bfloat16 pairs. A whole panel with one contiguous stride is decoded
+// first, vector by vector, into bfloat16 laid out as the source (along that stride), and packed
+// by the bfloat16 vector paths; the rest looks each element up.
 template <typename T>
 void pack_pairs(const T* src, int64_t p_stride, int64_t j_stride, int64_t width, int64_t valid, int64_t kc,
                 uint16_t pad, uint32_t* dst) {
+#ifdef AMPGRAD_SGEMM_AVX2
+  if (valid == width && width % 8 == 0 && (p_stride == 1 || j_stride == 1) && kc >= 16) {
+    thread_local std::vector<BFloat16> scratch;
+    scratch.resize(static_cast<size_t>(kc * width));
+    auto* bits = reinterpret_cast<uint16_t*>(scratch.data());
+    if (p_stride == 1) {  // k contiguous: a run of kc per column
+      for (int64_t j = 0; j < width; ++j) decode_bf16(src + j * j_stride, kc, bits + j * kc);
+      return pack_pairs(scratch.data(), 1, kc, width, valid, kc, pad, dst);
+    }
+    for (int64_t p = 0; p < kc; ++p) decode_bf16(src + p * p_stride, width, bits + p * width);  // a run of width per k
+    return pack_pairs(scratch.data(), width, 1, width, valid, kc, pad, dst);
+  }
+#endif
   pack_pairs_scalar(src, p_stride, j_stride, width, valid, kc, pad, dst, Float8Bf16Bits<T>{});
 }
 
