@@ -27,7 +27,9 @@ using ampgrad::Float8ScalingState;
 /// inside an enclosing guard. On CUDA, linear runs as outside the guard for now (said once).
 class Float8Guard {
  public:
+  /// Turns FP8 linears on for `device` with `recipe` (validated), or off when enabled is false.
   explicit Float8Guard(Device device, const Float8Recipe& recipe = {}, bool enabled = true);
+  /// Restores the FP8 region that was in place before.
   ~Float8Guard();
   Float8Guard(const Float8Guard&) = delete;
   Float8Guard& operator=(const Float8Guard&) = delete;

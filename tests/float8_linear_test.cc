@@ -453,6 +453,42 @@ TEST(Float8Linear, TrainsAsFarAsFp32OnASmallRegression) {
   EXPECT_LT(fp8, 2.0f * fp32 + 1e-4f) << "fp32 " << fp32;
 }
 
+// FP8 linears inside FP16 autocast with a GradScaler: the scaled loss's gradients (x 2^16) are
+// cast to E5M2 by their own scale, so the scale of the loss does not overflow them; the run
+// trains, and an inf in one step's input is seen by the scaler, which skips that step alone.
+TEST(Float8Linear, TrainsWithFp16AutocastAndAGradScaler) {
+  const Tensor x = random_tensor({128, 16}, -1, 1, 40);
+  ag::manual_seed(7);
+  ag::nn::Sequential teacher{ag::nn::Linear(16, 16), ag::nn::ReLU(), ag::nn::Linear(16, 1)};
+  Tensor target;
+  {
+    ag::NoGradGuard no_grad;
+    target = teacher(x);
+  }
+  ag::manual_seed(8);
+  ag::nn::Sequential model{ag::nn::Linear(16, 16), ag::nn::ReLU(), ag::nn::Linear(16, 1)};
+  ag::optim::Adam opt(model.parameters(), {.lr = 3e-3});
+  ag::amp::GradScaler scaler;
+  std::vector<float> losses;
+  int skipped = 0;
+  for (int step = 0; step < 150; ++step) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      ag::amp::AutocastGuard autocast(ag::Device::kCPU, DType::kFloat16);
+      Float8Guard fp8(ag::Device::kCPU);
+      const Tensor input = step == 100 ? x * INFINITY : x;
+      loss = ag::ops::mse_loss(model(input), target);
+    }
+    scaler.scale(loss).backward();
+    skipped += scaler.step(opt) ? 0 : 1;
+    scaler.update();
+    losses.push_back(loss.item<float>());
+  }
+  EXPECT_EQ(skipped, 1);
+  EXPECT_LT(losses.back(), 0.1f * losses.front());
+}
+
 // A run saved after some FP8 steps and resumed in a fresh process state continues bit for bit:
 // parameters, Adam's state and every weight's amax history and scale.
 TEST(Float8Linear, CheckpointResumesDelayedScalingBitForBit) {
