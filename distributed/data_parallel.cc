@@ -207,25 +207,29 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
     }
   }
   if (options_.broadcast_buffers) broadcast_buffers();
-  if (options_.reduce_float8_amax) reduce_float8_amaxes();
+  if (options_.reduce_float8_amax && armed_) reduce_float8_amaxes();
   return module_.forward(x);
 }
 
-// Every rank runs the same guards, so every rank takes part or none does. The slots of weights
-// without FP8 states yet (the first step) are 0, which leaves the others' maxima as they are; a
-// NaN goes as inf (MAX over NaN is not defined the same way by every MPI and NCCL), which keeps
-// the scale just as a NaN does.
+// Only in a forward that arms the reduction (grad mode on, not under no_sync()): every rank runs
+// those together, as their backward all-reduces, so a forward one rank alone runs (an evaluation
+// under NoGradGuard) joins no collective. Every parameter's states count, frozen ones too (the
+// list is the same on every rank). The slots of weights without FP8 states yet (the first step)
+// are 0, which leaves the others' maxima as they are; a NaN goes as inf (MAX over NaN is not
+// defined the same way by every MPI and NCCL), which keeps the scale just as a NaN does.
 void DistributedDataParallel::reduce_float8_amaxes() {
-  if (params_.empty()) return;
-  const fp8::Region region = fp8::region(params_.front().device());
+  std::vector<Tensor> weights;
+  for (const auto& [name, p] : module_.named_parameters()) weights.push_back(p);
+  if (weights.empty()) return;
+  const fp8::Region region = fp8::region(weights.front().device());
   if (!region.enabled || region.recipe.scaling != Float8Scaling::kDelayed) return;
   constexpr int kRoles = 3;
   const auto roles = [](Float8LinearState& s) {
     return std::array<Float8ScalingState*, kRoles>{&s.input, &s.weight, &s.grad_output};
   };
-  std::vector<float> amaxes(params_.size() * kRoles, 0.0f);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Float8LinearState* state = params_[i].impl()->float8.get();
+  std::vector<float> amaxes(weights.size() * kRoles, 0.0f);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    Float8LinearState* state = weights[i].impl()->float8.get();
     if (state == nullptr) continue;
     const std::lock_guard<std::mutex> lock(state->mutex);
     for (int r = 0; r < kRoles; ++r) {
@@ -233,11 +237,11 @@ void DistributedDataParallel::reduce_float8_amaxes() {
       amaxes[i * kRoles + static_cast<size_t>(r)] = std::isnan(a) ? INFINITY : a;
     }
   }
-  Tensor reduced = Tensor::from_vector(amaxes, {static_cast<int64_t>(amaxes.size())}).to(params_.front().device());
+  Tensor reduced = Tensor::from_vector(amaxes, {static_cast<int64_t>(amaxes.size())}).to(weights.front().device());
   group_.all_reduce(reduced, ReduceOp::kMax);
   const std::vector<float> out = reduced.to_vector();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Float8LinearState* state = params_[i].impl()->float8.get();
+  for (size_t i = 0; i < weights.size(); ++i) {
+    Float8LinearState* state = weights[i].impl()->float8.get();
     if (state == nullptr) continue;
     const std::lock_guard<std::mutex> lock(state->mutex);
     for (int r = 0; r < kRoles; ++r) roles(*state)[static_cast<size_t>(r)]->set_step_amax(out[i * kRoles + static_cast<size_t>(r)]);

@@ -50,6 +50,16 @@ __host__ __device__ __forceinline__ uint32_t float_bits(float f) {
 #endif
 }
 
+__host__ __device__ __forceinline__ float float_of_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
 __host__ __device__ __forceinline__ uint64_t double_bits(double d) {
 #if defined(__CUDA_ARCH__)
   return static_cast<uint64_t>(__double_as_longlong(d));
@@ -71,25 +81,9 @@ __host__ __device__ __forceinline__ uint16_t bits_of(__nv_bfloat16 v) { return _
 template <typename T> __host__ __device__ __forceinline__ Compute<T> dload(T v) { return v; }
 __host__ __device__ __forceinline__ float dload(__half v) { return __half2float(v); }
 __host__ __device__ __forceinline__ float dload(__nv_bfloat16 v) {
-  const uint32_t u = ::ampgrad::bf16::to_float_bits(bits_of(v));
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
+  return float_of_bits(::ampgrad::bf16::to_float_bits(bits_of(v)));
 }
 
-__host__ __device__ __forceinline__ float float_of_bits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
 // The 8-bit floats by the CPU's reference (float8.h), so both backends give PyTorch's bits.
 __host__ __device__ __forceinline__ float dload(Float8E4M3 v) { return float_of_bits(fp8::to_float_bits<Float8E4M3>(v.bits)); }
 __host__ __device__ __forceinline__ float dload(Float8E5M2 v) { return float_of_bits(fp8::to_float_bits<Float8E5M2>(v.bits)); }
