@@ -3,6 +3,7 @@
 // framework/dispatch.h for the order. Dimensions may be negative (counted from the end).
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "framework/tensor.h"
@@ -150,6 +151,63 @@ class AttentionBackendGuard {
  private:
   AttentionBackend previous_;
 };
+
+/// A spatial option of the 2-D ops: {height, width}.
+using Size2 = std::array<int64_t, 2>;
+
+/// conv2d's options, PyTorch's arguments of F.conv2d (zero padding).
+struct Conv2dOptions {
+  Size2 stride = {1, 1};    ///< step between output positions
+  Size2 padding = {0, 0};   ///< zeros added on each side
+  Size2 dilation = {1, 1};  ///< spacing between kernel taps
+  int64_t groups = 1;       ///< input and output channels split into this many independent groups
+};
+/// Cross-correlation of x [N, C, H, W] with w [O, C/groups, kH, kW] plus b [O] (b may be undefined)
+/// -> [N, O, Ho, Wo], Ho = (H + 2 pad - dil (kH - 1) - 1) / stride + 1 (floor), as PyTorch. A GEMM
+/// per group over im2col columns on the GEMM engine (FP32 sums, rounded once; the bias is added to
+/// the rounded product), the columns built per chunk of samples so their memory stays bounded (a
+/// 1x1 convolution's columns are x transposed). Autocast: lower precision.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), const Conv2dOptions& options = {});
+
+/// max_pool2d's options (F.max_pool2d). A stride of {0, 0} means the kernel size (PyTorch's default).
+struct MaxPool2dOptions {
+  Size2 kernel_size = {2, 2};  ///< window size
+  Size2 stride = {0, 0};       ///< step between windows; {0, 0}: kernel_size
+  Size2 padding = {0, 0};      ///< implicit -inf on each side, at most half the kernel
+  Size2 dilation = {1, 1};     ///< spacing between window taps
+  bool ceil_mode = false;      ///< round the output size up (a last partial window that starts inside)
+};
+/// The maximum of each window of x [N, C, H, W] (or [C, H, W]); NaN propagates. The gradient goes
+/// to the first maximum of each window (to its last NaN, as PyTorch). Autocast: none.
+Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options = {});
+
+/// avg_pool2d's options (F.avg_pool2d). A stride of {0, 0} means the kernel size.
+struct AvgPool2dOptions {
+  Size2 kernel_size = {2, 2};     ///< window size
+  Size2 stride = {0, 0};          ///< step between windows; {0, 0}: kernel_size
+  Size2 padding = {0, 0};         ///< zeros on each side, at most half the kernel
+  bool ceil_mode = false;         ///< round the output size up
+  bool count_include_pad = true;  ///< padded zeros count in the divisor
+  int64_t divisor_override = 0;   ///< when > 0, every window's divisor
+};
+/// The mean of each window of x [N, C, H, W] (or [C, H, W]), summed in float (double for float64).
+/// Autocast: none.
+Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& options = {});
+/// The mean over output_size {Ho, Wo} adaptive windows of x [N, C, H, W] (or [C, H, W]): window i
+/// spans [floor(i H / Ho), ceil((i + 1) H / Ho)), as PyTorch. Autocast: none.
+Tensor adaptive_avg_pool2d(const Tensor& x, Size2 output_size);
+
+/// Batch normalisation over dimension 1 of x [N, C, ...]: y = (x - mean) / sqrt(var + eps) w + b.
+/// Training: mean and var (biased) per channel from the batch, and running_mean / running_var
+/// (when defined, [C], any floating dtype, updated in place and not differentiated) become
+/// (1 - momentum) running + momentum batch, the variance unbiased (n / (n - 1)), as PyTorch.
+/// Eval: the running statistics. weight and bias [C] may be undefined. Autocast: float32.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+
+/// x with dimensions start_dim..end_dim (inclusive) merged into one, a view as reshape (torch.flatten;
+/// nn::Flatten starts at 1). A 0-dim x becomes [1].
+Tensor flatten(const Tensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
 
 /// alpha * x, computed in the compute type (float, double for float64) and rounded once to x's
 /// dtype (what x * 2.0f calls).

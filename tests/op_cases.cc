@@ -95,6 +95,7 @@ std::vector<OpCase> op_cases() {
                    {.k = 576, .magnitude = 4}});
   append_tensor_cases(cases);
   append_model_cases(cases);
+  append_conv_cases(cases);
   return cases;
 }
 

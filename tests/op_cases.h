@@ -33,6 +33,7 @@ std::vector<OpCase> op_cases();
 /// The rows of each family, appended by op_cases() (one file each).
 void append_tensor_cases(std::vector<OpCase>& cases);  // op_cases_tensor.cc: shapes, reductions, batched GEMMs
 void append_model_cases(std::vector<OpCase>& cases);   // op_cases_model.cc: activations, losses, norms, attention
+void append_conv_cases(std::vector<OpCase>& cases);    // op_cases_conv.cc: conv2d, pools, batch norm, flatten
 
 /// The inputs of a row in `dtype` on `device`: uniform values in +-[0.1, 2.1), kept away from 0 so
 /// that relu's kink is never within a finite-difference step (for the mlp row: its hidden

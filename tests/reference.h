@@ -49,4 +49,22 @@ Values linear_ref(const Values& x, const Values& w, const Values& b, int64_t n, 
 /// Batched a @ b: a [..., m, k] and b [..., k, n] with broadcast batch dimensions.
 Values batched_matmul_ref(const Values& a, const Shape& a_shape, const Values& b, const Shape& b_shape);
 
+// The convolutional ops (reference_conv.cc); x is [N, C, H, W] (pools: any [..., H, W]).
+/// The spatial arguments of conv2d and the pools: {H, W} pairs.
+struct WindowRef {
+  int64_t kh, kw, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+};
+/// conv2d with groups; b may be empty. Output [N, O, Ho, Wo].
+Values conv2d_ref(const Values& x, const Shape& x_shape, const Values& w, const Shape& w_shape, const Values& b,
+                  const WindowRef& g, int64_t groups);
+/// max_pool2d / avg_pool2d over out_h x out_w windows (the caller gives the output size, which
+/// ceil_mode decides); avg divides by the padded span (count_include_pad) or by the taps inside.
+Values max_pool2d_ref(const Values& x, const Shape& x_shape, const WindowRef& g, int64_t out_h, int64_t out_w);
+Values avg_pool2d_ref(const Values& x, const Shape& x_shape, const WindowRef& g, int64_t out_h, int64_t out_w,
+                      bool count_include_pad);
+Values adaptive_avg_pool2d_ref(const Values& x, const Shape& x_shape, int64_t out_h, int64_t out_w);
+/// batch norm of x [N, C, ...] with the given per-channel mean and var (empty: the batch's, biased).
+Values batch_norm_ref(const Values& x, const Shape& x_shape, const Values& mean, const Values& var, const Values& w,
+                      const Values& b, double eps);
+
 }  // namespace ampgrad::test

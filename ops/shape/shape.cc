@@ -241,6 +241,18 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   return reshape(x, shape);
 }
 
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  AG_CHECK(x.defined(), "flatten: input is undefined");
+  if (x.dim() == 0) return reshape(x, {1});
+  const int64_t start = normalize_dim("flatten", start_dim, x.dim()), end = normalize_dim("flatten", end_dim, x.dim());
+  AG_CHECK(start <= end, "flatten: start_dim (", start_dim, ") must not come after end_dim (", end_dim, ") for ",
+           x.to_string());
+  Shape shape(x.shape().begin(), x.shape().begin() + start);
+  shape.push_back(shape_numel(Shape(x.shape().begin() + start, x.shape().begin() + end + 1)));
+  shape.insert(shape.end(), x.shape().begin() + end + 1, x.shape().end());
+  return reshape(x, shape);
+}
+
 Tensor squeeze(const Tensor& x, int64_t dim) {
   AG_CHECK(x.defined(), "squeeze: input is undefined");
   const int64_t d = normalize_dim("squeeze", dim, x.dim());

@@ -1,0 +1,74 @@
+// Convolution kernels: the im2col / col2im moves around the GEMMs of conv2d, and the transposes
+// between the GEMM's channel-major layout and the tensor's sample-major one. Columns are laid out
+// channel-major, cols [K, n, L] with K = C kH kW (rows ordered c, kh, kw) and L = Ho Wo, so that
+// one GEMM per group spans the whole chunk of n samples (FP32 sums over n L, one rounding) and a
+// group's rows are one contiguous block. Callers have checked shapes, dtypes and devices; outputs
+// are preallocated and overwritten.
+#pragma once
+
+#include "framework/device.h"
+#include "framework/tensor.h"
+
+namespace ampgrad::kernels {
+
+/// A convolution's (or pooling window's) geometry over an [H, W] input: taps kh x kw, stride,
+/// zero padding and dilation per side, and the output size Ho x Wo they give.
+struct ConvGeometry {
+  int64_t kh = 1, kw = 1;
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t out_h = 1, out_w = 1;
+};
+
+// cols[(c, i, j), s, (oh, ow)] = x[n0 + s, c, oh sh - ph + i dh, ow sw - pw + j dw] (0 where that
+// falls in the padding) for the cols.size(1) samples from n0. x is [N, C, H, W]; cols is
+// [C kh kw, n, Ho Wo].
+namespace cpu {
+void im2col(const Tensor& x, int64_t n0, const ConvGeometry& g, Tensor& cols);
+}
+namespace cuda {
+void im2col(const Tensor& x, int64_t n0, const ConvGeometry& g, Tensor& cols);
+}
+inline void im2col(const Tensor& x, int64_t n0, const ConvGeometry& g, Tensor& cols) {
+  AG_ON_BACKEND(cols.device(), im2col, x, n0, g, cols);
+}
+
+// The adjoint of im2col: dx[n0 + s, c, y, x] = the sum of every cols entry im2col would have read
+// from there (summed in the compute type, rounded once), for the cols.size(1) samples from n0;
+// dx's other samples are left alone. cols is [C kh kw, n, Ho Wo]; dx is [N, C, H, W].
+namespace cpu {
+void col2im(const Tensor& cols, const ConvGeometry& g, int64_t n0, Tensor& dx);
+}
+namespace cuda {
+void col2im(const Tensor& cols, const ConvGeometry& g, int64_t n0, Tensor& dx);
+}
+inline void col2im(const Tensor& cols, const ConvGeometry& g, int64_t n0, Tensor& dx) {
+  AG_ON_BACKEND(dx.device(), col2im, cols, g, n0, dx);
+}
+
+// out[n0 + s, o, l] = ct[o, s, l] + b[o] (b may be undefined: 0), for the ct.size(1) samples from
+// n0, added in the compute type. ct is [O, n, L]; out is [N, O, L] (any shape with that numel).
+namespace cpu {
+void samples_from_channels(const Tensor& ct, const Tensor& b, int64_t n0, Tensor& out);
+}
+namespace cuda {
+void samples_from_channels(const Tensor& ct, const Tensor& b, int64_t n0, Tensor& out);
+}
+inline void samples_from_channels(const Tensor& ct, const Tensor& b, int64_t n0, Tensor& out) {
+  AG_ON_BACKEND(out.device(), samples_from_channels, ct, b, n0, out);
+}
+
+// ct[o, s, l] = y[n0 + s, o, l]: the ct.size(1) samples from n0 of y [N, O, L] (any shape with
+// that numel), channel-major. ct is [O, n, L].
+namespace cpu {
+void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct);
+}
+namespace cuda {
+void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct);
+}
+inline void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
+  AG_ON_BACKEND(ct.device(), channels_from_samples, y, n0, ct);
+}
+
+}  // namespace ampgrad::kernels
