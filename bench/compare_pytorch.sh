@@ -87,6 +87,12 @@ pairs=(
   "add residual [64,512,768] FP16|add_residual_fp16|add_residual_fp16"
   "bmm [8,12,256,64]@[..,64,256] FP32|bmm_fp32|bmm_fp32"
   "bmm [8,12,256,64]@[..,64,256] FP16|bmm_fp16|bmm_fp16"
+  "fashion CNN FP32|fashion_cnn_fp32|fashion_cnn_fp32"
+  "fashion CNN BF16 autocast|fashion_cnn_bf16|fashion_cnn_bf16"
+  "conv2d fwd+bwd CNN [128,32,14,14] FP32|conv_cnn_fp32|conv_cnn_fp32"
+  "conv2d fwd+bwd CNN [128,32,14,14] BF16|conv_cnn_bf16|conv_cnn_bf16"
+  "conv2d fwd+bwd ResNet [32,64,56,56] FP32|conv_resnet_fp32|conv_resnet_fp32"
+  "conv2d fwd+bwd ResNet [32,64,56,56] BF16|conv_resnet_bf16|conv_resnet_bf16"
 )
 results=$(mktemp)
 for ((round = 1; round <= rounds; ++round)); do
@@ -125,7 +131,7 @@ for pair in sys.argv[3:]:
     line = (f"{name:40} {statistics.median(a for a, *_ in runs):12.1f} {statistics.median(b for _, b, *_ in runs):12.1f} "
             f"{statistics.median(ratios):7.3f} {min(ratios):7.3f}..{max(ratios):<7.3f}")
     if runs[0][2] is not None:
-        unit = "GFLOP/s" if "bmm" in name else "GB/s"
+        unit = "GFLOP/s" if "bmm" in name or "conv2d" in name else "GB/s"
         ra, rb = statistics.median(r[2] for r in runs), statistics.median(r[3] for r in runs)
         line += f"   {ra:9.2f} {rb:9.2f} {unit}"
         if unit == "GB/s":

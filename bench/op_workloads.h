@@ -14,6 +14,10 @@
 //                             way), or self_attention reading the heads in place; same FLOP
 //   adamw_fp32                AdamW's step over 16M float32 parameters in 8 tensors with their
 //                             gradients (reads w, g, m, v and writes w, m, v: 28 bytes a parameter)
+//   conv_{cnn,resnet}_{fp32,bf16}
+//                             conv2d forward + backward (dx and dw), 3x3, padding 1: the Fashion CNN's
+//                             second layer (x [128, 32, 14, 14] -> 64 channels) and a ResNet stage
+//                             (x [32, 64, 56, 56] -> 64 channels); FLOP = 3 x the forward's 2 N O L C 9
 //   copy_bandwidth            a 96 MiB float copy on the pool: the machine's copy bandwidth
 #pragma once
 
@@ -86,6 +90,22 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
                                                      }
                                                      ops::sum(y).backward();
                                                      Tensor(qkv).set_grad(Tensor());
+                                                   },
+                                                   0, flop});
+  }
+  if (name.starts_with("conv_")) {
+    const bool resnet = name.starts_with("conv_resnet_");
+    const DType conv_dtype = name.ends_with("_bf16") ? DType::kBFloat16 : DType::kFloat32;
+    const Shape xs = resnet ? Shape{32, 64, 56, 56} : Shape{128, 32, 14, 14};
+    const int64_t out = 64;
+    Tensor x = randn(xs, conv_dtype), w = randn({out, xs[1], 3, 3}, conv_dtype);
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    const double flop = 3.0 * 2 * static_cast<double>(xs[0] * out * xs[2] * xs[3] * xs[1] * 9);
+    return std::make_unique<OpWorkload>(OpWorkload{[x, w] {
+                                                     ops::sum(ops::conv2d(x, w, Tensor(), {.padding = {1, 1}})).backward();
+                                                     Tensor(x).set_grad(Tensor());
+                                                     Tensor(w).set_grad(Tensor());
                                                    },
                                                    0, flop});
   }

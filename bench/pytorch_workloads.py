@@ -22,13 +22,20 @@ import torch
 
 
 def make_fashion(name):
-    """examples/fashion_mnist's step: 784-512-256-10 MLP, cross_entropy, Adam lr 1e-3, batch 128."""
+    """examples/fashion_mnist's step: 784-512-256-10 MLP, cross_entropy, Adam lr 1e-3, batch 128;
+    fashion_cnn_*: its --model=cnn (examples/fashion.h's make_cnn)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
-                                torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    nn = torch.nn
+    if name.startswith("fashion_cnn_"):
+        model = nn.Sequential(nn.Unflatten(1, (1, 28, 28)),
+                              nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+    else:
+        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, labels = torch.randn(128, 784), torch.arange(128) * 7 % 10
-    dtype = {"fashion_fp16": torch.float16, "fashion_bf16": torch.bfloat16}.get(name)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name.rsplit("_", 1)[1])
     scaler = None
     if dtype == torch.float16:
         if not hasattr(torch.amp, "GradScaler"):
@@ -120,6 +127,19 @@ def make_op(name):
                 x.grad = None
 
         return run, 0, 3.5 * 4.0 * 24 * t * t * 64 / 2
+    if name.startswith("conv_"):
+        # conv_{cnn,resnet}_{fp32,bf16}: F.conv2d forward + backward (oneDNN on the CPU), 3x3, padding 1.
+        shape = (32, 64, 56, 56) if name.startswith("conv_resnet_") else (128, 32, 14, 14)
+        conv_dtype = torch.bfloat16 if name.endswith("_bf16") else torch.float32
+        x = torch.randn(*shape).to(conv_dtype).requires_grad_()
+        w = torch.randn(64, shape[1], 3, 3).to(conv_dtype).requires_grad_()
+
+        def run():
+            torch.nn.functional.conv2d(x, w, padding=1).sum().backward()
+            x.grad = w.grad = None
+
+        n, c, h, wd = shape
+        return run, 0, 3.0 * 2 * n * 64 * h * wd * c * 9
     if name.startswith("adamw_fp32"):
         # adamw_fp32: PyTorch's default AdamW (foreach); adamw_fp32_fused its fused=True CPU kernel.
         params = [torch.randn(2048, 1024, requires_grad=True) for _ in range(8)]

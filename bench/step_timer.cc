@@ -1,6 +1,7 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
 //   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time] [--memory]
 // WORKLOAD: seed_{fp32,amp,bf16} mlp_{sgd,adam}_{fp32,amp,bf16,fp8} fashion_{fp32,amp,bf16,fp8}
+//           fashion_cnn_{fp32,amp,bf16}
 //   gpt_{fp32,amp,bf16,fp8} gpt2s_{fp32,amp,bf16,fp8} (GPT-2 small's shape, T = 256, batch 2; gpt2s_ckpt_*
 //   with --checkpoint-activations) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a
 //   GradScaler, bf16 is BF16 autocast without one, fp8 the same with linear's GEMMs in FP8; the single ops of op_workloads.h (add_bias_*, add_residual_*,
@@ -79,7 +80,8 @@ std::unique_ptr<ag::bench::Steppable> make_workload(const std::string& name) {
                                                         : Precision::kFp32;
   if (name.rfind("seed_", 0) == 0) return std::make_unique<ag::bench::Workload>(ag::bench::seed_workload(precision));
   if (name.rfind("fashion_", 0) == 0) {
-    return std::make_unique<ag::bench::Workload>(ag::bench::fashion_workload(precision));
+    const auto model = name.rfind("fashion_cnn_", 0) == 0 ? ag::fashion::Model::kCnn : ag::fashion::Model::kMlp;
+    return std::make_unique<ag::bench::Workload>(ag::bench::fashion_workload(precision, model));
   }
   if (name.rfind("gpt_", 0) == 0) return std::make_unique<ag::bench::GptWorkload>(precision);
   if (name.rfind("gpt2s_", 0) == 0) {

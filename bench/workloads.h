@@ -2,6 +2,7 @@
 // pytorch_workloads.py): zero_grad, forward, loss, backward, step.
 //   seed: Linear(10, 1), MSE, Adam, batch 64;   mlp: 784-1024-1024-10 with ReLU, batch 256;
 //   fashion: examples/fashion_mnist's 784-512-256-10 classifier, cross_entropy, Adam, batch 128;
+//     fashion_cnn: its --model=cnn (two conv-BN-ReLU-pool stages of 32 and 64 channels, fc 128);
 //   gpt: examples/char_gpt's step (4 layers, width 128, context 64, batch 16, AdamW, clipping);
 //   cuda_bench also runs it on the GPU, and at kGptLarge's size.
 #pragma once
@@ -86,10 +87,12 @@ inline Workload mlp_workload(Precision precision, Optim optimizer, DType param_d
 
 /// The example's training step on random normalised-image-like inputs and labels (the data's
 /// values do not change the time). Adam lr 1e-3, as the example (whose cosine schedule only sets lr).
-inline Workload fashion_workload(Precision precision) {
+/// With fashion::Model::kCnn, the example's CNN (--model=cnn) instead of the MLP.
+inline Workload fashion_workload(Precision precision, fashion::Model model = fashion::Model::kMlp) {
   manual_seed(0);
   constexpr int64_t kBatch = 128;
-  Workload w(std::make_unique<nn::Sequential>(fashion::make_mlp()), precision, kBatch, 784, 10, Optim::kAdam);
+  Workload w(std::make_unique<nn::Sequential>(model == fashion::Model::kCnn ? fashion::make_cnn() : fashion::make_mlp()),
+             precision, kBatch, 784, 10, Optim::kAdam);
   std::vector<int64_t> labels(kBatch);
   for (int64_t i = 0; i < kBatch; ++i) labels[i] = (i * 7) % 10;
   w.labels = Tensor::from_vector(labels, {kBatch});

@@ -1,5 +1,5 @@
 // The Fashion-MNIST classifier of examples/fashion_mnist trained data-parallel, one process per rank:
-//   mpirun -np 2 bazel-bin/examples/ddp_fashion_mnist [--amp[=fp16|bf16]] [--data DIR] [--epochs N]
+//   mpirun -np 2 bazel-bin/examples/ddp_fashion_mnist [--amp[=fp16|bf16]] [--model=mlp|cnn] [--data DIR] [--epochs N]
 //          [--batch-size N] [--lr X] [--train-samples N] [--seed N]
 // --batch-size is the global batch: each rank takes batch-size / ranks samples of its own shard
 // (DistributedSampler) per step, so the run follows the single-process one step for step.
@@ -19,10 +19,11 @@ namespace fm = ampgrad::fashion;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: mpirun -np N ddp_fashion_mnist [--amp[=fp16|bf16]] [--data DIR] [--epochs N] [--batch-size N]\n"
+    "usage: mpirun -np N ddp_fashion_mnist [--amp[=fp16|bf16]] [--model=mlp|cnn] [--data DIR] [--epochs N] [--batch-size N]\n"
     "                                      [--lr X] [--train-samples N] [--seed N]\n"
     "  --amp, --amp=fp16 FP16 autocast + GradScaler (default: FP32)\n"
     "  --amp=bf16        BF16 autocast, no GradScaler\n"
+    "  --model=cnn       the CNN with batch norm (rank 0's running statistics broadcast each step)\n"
     "  --batch-size N    the global batch, split evenly over the ranks (default 128)\n"
     "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
     "                    (default /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist)\n"
@@ -69,14 +70,16 @@ int main(int argc, char** argv) {
     const fm::Precision precision = args.precision;
     const bool scaled = precision == fm::Precision::kAmp;  // the loss scale and skipped steps are worth printing
     ag::manual_seed(args.seed + static_cast<uint64_t>(rank));  // each its own init: the wrapper broadcasts rank 0's
-    fm::Classifier classifier(fm::make_mlp(), {.precision = precision,
+    const bool is_cnn = args.model == fm::Model::kCnn;
+    fm::Classifier classifier(is_cnn ? fm::make_cnn() : fm::make_mlp(), {.precision = precision,
                                                .batch_size = local_batch,
                                                .lr = args.lr,
                                                .total_steps = steps_per_epoch * args.epochs});
     dist::DistributedDataParallel ddp(classifier.model, world);
     if (rank == 0) {
-      std::printf("Fashion-MNIST, MLP %s on %d ranks, %s; global batch %lld (%lld per rank), %lld steps per epoch\n",
-                  fm::describe({}).c_str(), world.size(), fm::precision_name(precision),
+      std::printf("Fashion-MNIST, %s %s on %d ranks, %s; global batch %lld (%lld per rank), %lld steps per epoch\n",
+                  is_cnn ? "CNN" : "MLP", is_cnn ? fm::describe(fm::CnnConfig{}).c_str() : fm::describe(fm::MlpConfig{}).c_str(),
+                  world.size(), fm::precision_name(precision),
                   static_cast<long long>(args.batch_size), static_cast<long long>(local_batch),
                   static_cast<long long>(steps_per_epoch));
       std::fflush(stdout);

@@ -45,6 +45,34 @@ nn::Sequential make_mlp(const MlpConfig& config) {
   return model;
 }
 
+std::string describe(const CnnConfig& config) {
+  std::string out;
+  for (const int64_t c : config.channels) out += "conv" + std::to_string(c) + "-";
+  return out + "fc" + std::to_string(config.hidden) + "-" + std::to_string(config.classes);
+}
+
+nn::Sequential make_cnn(const CnnConfig& config) {
+  AG_CHECK(!config.channels.empty() && config.channels.size() <= 3 && config.hidden > 0 && config.classes > 0,
+           "fashion::make_cnn: 1 to 3 stages and positive widths, got ", config.channels.size(), " stages");
+  nn::Sequential model;
+  model.push_back(nn::Unflatten(1, {1, 28, 28}));
+  int64_t in = 1, side = 28;
+  for (const int64_t c : config.channels) {
+    // No bias before a batch norm: its mean subtraction would cancel it.
+    model.push_back(nn::Conv2d(in, c, 3, {.padding = {1, 1}, .bias = nn::Bias::kNo}));
+    model.push_back(nn::BatchNorm2d(c));
+    model.push_back(nn::ReLU());
+    model.push_back(nn::MaxPool2d(2));
+    in = c;
+    side /= 2;
+  }
+  model.push_back(nn::Flatten());
+  model.push_back(nn::Linear(in * side * side, config.hidden));
+  model.push_back(nn::ReLU());
+  model.push_back(nn::Linear(config.hidden, config.classes));
+  return model;
+}
+
 DType autocast_dtype(Precision precision) {
   switch (precision) {
     case Precision::kFp32: return DType::kFloat32;
@@ -170,6 +198,10 @@ double train_epoch(Classifier& classifier, const Dataset& data, const std::funct
 bool parse_command_line(int argc, char** argv, CommandLine& out, OutputFlags outputs) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
+    if (arg == "--model=mlp" || arg == "--model=cnn") {
+      out.model = arg == "--model=cnn" ? Model::kCnn : Model::kMlp;
+      continue;
+    }
     if (arg == "--amp" || arg == "--amp=fp16" || arg == "--amp=bf16" || arg == "--amp=fp8") {
       out.precision = arg == "--amp=bf16" ? Precision::kAmpBf16 : arg == "--amp=fp8" ? Precision::kFp8 : Precision::kAmp;
       continue;

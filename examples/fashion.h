@@ -45,6 +45,26 @@ std::string describe(const MlpConfig& config);
 /// state_dict names (0.weight, 0.bias, 2.weight, ...) are those of the same torch.nn.Sequential.
 nn::Sequential make_mlp(const MlpConfig& config = {});
 
+/// The CNN's widths. The defaults are the example's model: two conv-BN-ReLU-pool stages of 32 and
+/// 64 channels, then a 128-wide hidden layer.
+struct CnnConfig {
+  std::vector<int64_t> channels = {32, 64};
+  int64_t hidden = 128;
+  int64_t classes = 10;
+};
+
+/// "conv32-conv64-fc128-10".
+std::string describe(const CnnConfig& config);
+
+/// Sequential{Unflatten(1, {1, 28, 28}), then per stage Conv2d(c_in, c, 3, padding 1, no bias),
+/// BatchNorm2d(c), ReLU, MaxPool2d(2) (28 -> 14 -> 7 -> 3), then Flatten, Linear(c_last s s,
+/// hidden), ReLU, Linear(hidden, classes)}: takes the datasets' flat [B, 784] images; state_dict names are
+/// those of the same torch.nn.Sequential.
+nn::Sequential make_cnn(const CnnConfig& config = {});
+
+/// Which classifier an example trains.
+enum class Model : uint8_t { kMlp, kCnn };
+
 /// kAmp: FP16 autocast + GradScaler; kAmpBf16: BF16 autocast, no scaler (BF16's gradients do not
 /// underflow); kFp8: the same with the linears' GEMMs in FP8 (Float8Guard, delayed scaling).
 enum class Precision : uint8_t { kFp32, kAmp, kAmpBf16, kFp8 };
@@ -106,11 +126,12 @@ Dataset gather(const Dataset& data, const Tensor& indices);
 double train_epoch(Classifier& classifier, const Dataset& data,
                    const std::function<void(int64_t, float)>& on_step = nullptr);
 
-/// The command line of the Fashion-MNIST examples: --amp[=fp16|bf16|fp8], --data DIR, --epochs N,
+/// The command line of the Fashion-MNIST examples: --amp[=fp16|bf16|fp8], --model=mlp|cnn, --data DIR, --epochs N,
 /// --batch-size N, --lr X, --train-samples N, --seed N, and where `outputs` is set --plot DIR and
-/// --logdir DIR; each value as "--name VALUE" or "--name=VALUE".
+/// --logdir DIR; each value as "--name VALUE" or "--name=VALUE" (--amp and --model only with "=").
 struct CommandLine {
   Precision precision = Precision::kFp32;
+  Model model = Model::kMlp;
   std::string data = kDefaultDataDir;
   int64_t epochs = 5;
   int64_t batch_size = 128;

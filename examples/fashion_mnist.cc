@@ -1,8 +1,9 @@
-// Trains an MLP classifier on Fashion-MNIST in FP32, with FP16 autocast and a GradScaler (--amp),
+// Trains an MLP (or with --model=cnn a CNN with batch norm) classifier on Fashion-MNIST in FP32,
+// with FP16 autocast and a GradScaler (--amp),
 // with BF16 autocast and no scaler (--amp=bf16), or with FP8 linears in BF16 autocast (--amp=fp8);
 // prints the loss and test accuracy after each
 // epoch (progress and times on stderr).
-//   ./bazelw run //examples:fashion_mnist -- [--amp[=fp16|bf16|fp8]] [--data DIR] [--epochs N] [--train-samples N]
+//   ./bazelw run //examples:fashion_mnist -- [--amp[=fp16|bf16|fp8]] [--model=mlp|cnn] [--data DIR] [--epochs N] [--train-samples N]
 //       [--plot DIR] [--logdir DIR]
 #include <chrono>
 #include <cstdio>
@@ -21,11 +22,12 @@ namespace fm = ampgrad::fashion;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: fashion_mnist [--amp[=fp16|bf16|fp8]] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
+    "usage: fashion_mnist [--amp[=fp16|bf16|fp8]] [--model=mlp|cnn] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
     "[--seed N] [--plot DIR] [--logdir DIR]\n"
     "  --amp, --amp=fp16 FP16 autocast + GradScaler (default: FP32)\n"
     "  --amp=bf16        BF16 autocast, no GradScaler\n"
     "  --amp=fp8         BF16 autocast with the linears' GEMMs in FP8 (delayed scaling), no GradScaler\n"
+    "  --model=cnn       a CNN (two conv-BN-ReLU-pool stages; default: --model=mlp, 784-512-256-10)\n"
     "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
     "                    (default /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist)\n"
     "  --train-samples N train on the first N training images only\n"
@@ -53,13 +55,16 @@ int main(int argc, char** argv) {
     const fm::Precision precision = args.precision;
     const bool scaled = precision == fm::Precision::kAmp;  // the loss scale and skipped steps are worth printing
     const fm::MlpConfig mlp;
-    fm::Classifier classifier(fm::make_mlp(mlp), {.precision = precision,
+    const fm::CnnConfig cnn;
+    const bool is_cnn = args.model == fm::Model::kCnn;
+    fm::Classifier classifier(is_cnn ? fm::make_cnn(cnn) : fm::make_mlp(mlp), {.precision = precision,
                                                .batch_size = args.batch_size,
                                                .lr = args.lr,
                                                .total_steps = steps_per_epoch * args.epochs});
     int64_t parameters = 0;
     for (const ag::Tensor& p : classifier.model.parameters()) parameters += p.numel();
-    std::printf("Fashion-MNIST, MLP %s (%lld parameters), %s\n", fm::describe(mlp).c_str(),
+    std::printf("Fashion-MNIST, %s %s (%lld parameters), %s\n", is_cnn ? "CNN" : "MLP",
+                is_cnn ? fm::describe(cnn).c_str() : fm::describe(mlp).c_str(),
                 static_cast<long long>(parameters),
                 fm::precision_name(precision));
     std::printf("Adam lr %g with a cosine decay, batch %lld, %lld epochs; %lld training and %lld test images\n",

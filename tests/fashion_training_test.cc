@@ -37,13 +37,13 @@ struct TrainingRun {
   int64_t skipped = 0;
 };
 
-// Three epochs over the first kTrainSamples training images, batch 64, the example's model.
-TrainingRun train(fm::Precision precision) {
+// Three epochs over the first kTrainSamples training images, batch 64, the example's MLP or CNN.
+TrainingRun train(fm::Precision precision, fm::Model model = fm::Model::kMlp) {
   manual_seed(0);
   const fm::Dataset train = fm::load_dataset(fm::kDefaultDataDir, data::MnistSplit::kTrain, kTrainSamples);
   const fm::Dataset test = fm::load_dataset(fm::kDefaultDataDir, data::MnistSplit::kTest, kTestSamples);
   constexpr int64_t kEpochs = 3, kBatch = 64;
-  fm::Classifier classifier(fm::make_mlp(),
+  fm::Classifier classifier(model == fm::Model::kCnn ? fm::make_cnn() : fm::make_mlp(),
                             {.precision = precision, .batch_size = kBatch, .total_steps = kEpochs * kTrainSamples / kBatch});
   TrainingRun run;
   for (int64_t epoch = 1; epoch <= kEpochs; ++epoch) {
@@ -109,6 +109,25 @@ TEST(FashionTraining, Fp8LossFallsLikeFp32) {
   const TrainingRun fp32 = train(fm::Precision::kFp32);
   EXPECT_NEAR(fp8.last_epoch_loss, fp32.last_epoch_loss, 0.15 * fp32.last_epoch_loss);
   EXPECT_NEAR(fp8.test.accuracy, fp32.test.accuracy, 0.04);
+}
+
+// The CNN (conv-BN-ReLU-pool twice): it learns faster than the MLP on the same images, and BF16
+// autocast (convolutions in BF16, batch norm in FP32) and FP16 AMP track FP32.
+TEST(FashionTraining, CnnLearnsInFp32Bf16AndAmp) {
+  SKIP_WITHOUT_DATA();
+  const TrainingRun fp32 = train(fm::Precision::kFp32, fm::Model::kCnn);
+  expect_learned(fp32);
+  EXPECT_GT(fp32.test.accuracy, 0.8);  // measured: 0.834 (the MLP: 0.81)
+  for (const fm::Precision precision : {fm::Precision::kAmpBf16, fm::Precision::kAmp}) {
+    const TrainingRun low = train(precision, fm::Model::kCnn);
+    expect_learned(low);
+    // BF16 skips nothing (no scaler); FP16 AMP's scale starts at 2^16, where the convolutions' weight
+    // gradients (sums over every pixel of the batch) overflow FP16 at first: the scaler backs off
+    // and skips that step (measured: 1 step), as PyTorch's does.
+    EXPECT_LE(low.skipped, precision == fm::Precision::kAmp ? 3 : 0) << fm::precision_name(precision);
+    EXPECT_NEAR(low.last_epoch_loss, fp32.last_epoch_loss, 0.1 * fp32.last_epoch_loss) << fm::precision_name(precision);
+    EXPECT_NEAR(low.test.accuracy, fp32.test.accuracy, 0.03) << fm::precision_name(precision);
+  }
 }
 
 TEST(FashionData, LoadsNormalisedFlatImages) {

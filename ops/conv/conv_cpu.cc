@@ -11,18 +11,6 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-// The output positions o in [0, out) whose tap o * stride - pad + offset lies in [0, size).
-struct ValidRange {
-  int64_t lo, hi;
-};
-ValidRange valid_range(int64_t out, int64_t stride, int64_t pad, int64_t offset, int64_t size) {
-  // o * stride + (offset - pad) in [0, size)  <=>  o in [ceil((pad - offset) / stride), ceil((size + pad - offset) / stride))
-  const auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
-  const int64_t lo = std::clamp<int64_t>(ceil_div(pad - offset, stride), 0, out);
-  const int64_t hi = std::clamp<int64_t>(ceil_div(size + pad - offset, stride), lo, out);
-  return {lo, hi};
-}
-
 int64_t grain_for(int64_t work_per_item) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(work_per_item, 1)); }
 
 }  // namespace
@@ -84,7 +72,11 @@ void col2im(const Tensor& cols, const ConvGeometry& g, int64_t n0, Tensor& dx) {
             for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
               C* line = acc.data() + (oh * g.stride_h - g.pad_h + i * g.dilation_h) * width - g.pad_w + j * g.dilation_w;
               const T* col = in + oh * g.out_w;
-              for (int64_t ow = cols_in.lo; ow < cols_in.hi; ++ow) line[ow * g.stride_w] += load(col[ow]);
+              if (g.stride_w == 1) {  // contiguous both sides: a loop the compiler vectorises
+                for (int64_t ow = cols_in.lo; ow < cols_in.hi; ++ow) line[ow] += load(col[ow]);
+              } else {
+                for (int64_t ow = cols_in.lo; ow < cols_in.hi; ++ow) line[ow * g.stride_w] += load(col[ow]);
+              }
             }
           }
         }

@@ -6,6 +6,8 @@
 // are preallocated and overwritten.
 #pragma once
 
+#include <algorithm>
+
 #include "framework/device.h"
 #include "framework/tensor.h"
 
@@ -20,6 +22,19 @@ struct ConvGeometry {
   int64_t dilation_h = 1, dilation_w = 1;
   int64_t out_h = 1, out_w = 1;
 };
+
+/// The output positions o in [lo, hi) of [0, out) whose tap o stride - pad + offset lies inside
+/// [0, size): the loops of im2col, col2im and the pools run over these without a test per tap.
+struct ValidRange {
+  int64_t lo, hi;
+};
+inline ValidRange valid_range(int64_t out, int64_t stride, int64_t pad, int64_t offset, int64_t size) {
+  // o stride + (offset - pad) in [0, size) <=> o in [ceil((pad - offset) / stride), ceil((size + pad - offset) / stride))
+  const auto ceil_div = [](int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); };
+  const int64_t lo = std::clamp<int64_t>(ceil_div(pad - offset, stride), 0, out);
+  const int64_t hi = std::clamp<int64_t>(ceil_div(size + pad - offset, stride), lo, out);
+  return {lo, hi};
+}
 
 // cols[(c, i, j), s, (oh, ow)] = x[n0 + s, c, oh sh - ph + i dh, ow sw - pw + j dw] (0 where that
 // falls in the padding) for the cols.size(1) samples from n0. x is [N, C, H, W]; cols is

@@ -24,6 +24,19 @@ template <typename C> using Stat = std::conditional_t<std::is_same_v<C, double>,
 
 int64_t grain_for(int64_t work) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(work, 1)); }
 
+// sum f(v[k]) over k < n in double, in eight interleaved partial sums (one chain of dependent
+// additions would run at the adder's latency, not its throughput), added in a fixed order.
+template <typename T, typename F>
+double lane_sum(const T* v, int64_t n, F&& f) {
+  double part[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int l = 0; l < 8; ++l) part[l] += f(static_cast<double>(load(v[k + l])), k + l);
+  }
+  for (; k < n; ++k) part[k % 8] += f(static_cast<double>(load(v[k])), k);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 // The channel's values widened, one value of w (1 when undefined).
 template <typename T>
 double weight_at(const T* w, int64_t c) {
@@ -44,17 +57,12 @@ void batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) {
       for (int64_t c = lo; c < hi; ++c) {
         double sum = 0.0;
         for (int64_t n = 0; n < l.n; ++n) {
-          const T* row = in + (n * l.c + c) * l.s;
-          for (int64_t k = 0; k < l.s; ++k) sum += static_cast<double>(load(row[k]));
+          sum += lane_sum(in + (n * l.c + c) * l.s, l.s, [](double v, int64_t) { return v; });
         }
         const double count = static_cast<double>(l.n * l.s), mu = sum / count;
         double sq = 0.0;
         for (int64_t n = 0; n < l.n; ++n) {
-          const T* row = in + (n * l.c + c) * l.s;
-          for (int64_t k = 0; k < l.s; ++k) {
-            const double d = static_cast<double>(load(row[k])) - mu;
-            sq += d * d;
-          }
+          sq += lane_sum(in + (n * l.c + c) * l.s, l.s, [mu](double v, int64_t) { return (v - mu) * (v - mu); });
         }
         pmean[c] = static_cast<S>(mu);
         pvar[c] = static_cast<S>(sq / count);
@@ -134,11 +142,11 @@ void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, 
         double s1 = 0.0, s2 = 0.0;
         for (int64_t n = 0; n < l.n; ++n) {
           const int64_t base = (n * l.c + c) * l.s;
-          for (int64_t k = 0; k < l.s; ++k) {
-            const double d = static_cast<double>(load(grad[base + k]));
-            s1 += d;
-            s2 += d * (static_cast<double>(load(in[base + k])) - mu) * inv;
-          }
+          const T* x_row = in + base;
+          s1 += lane_sum(grad + base, l.s, [](double d, int64_t) { return d; });
+          s2 += lane_sum(grad + base, l.s, [&](double d, int64_t k) {
+            return d * (static_cast<double>(load(x_row[k])) - mu) * inv;
+          });
         }
         sum_dy[static_cast<size_t>(c)] = s1;
         sum_dy_xhat[static_cast<size_t>(c)] = s2;

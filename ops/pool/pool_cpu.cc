@@ -45,31 +45,55 @@ void max_pool2d(const Tensor& x, const ConvGeometry& g, Tensor& y, Tensor& indic
     const T* src = x.data<T>();
     T* dst = y.data<T>();
     int64_t* idx = indices.data<int64_t>();
+    std::vector<ValidRange> tap_cols;  // per tap column j: the outputs whose tap lies inside x
+    for (int64_t j = 0; j < g.kw; ++j) tap_cols.push_back(valid_range(g.out_w, g.stride_w, g.pad_w, j * g.dilation_w, width));
     parallel_range(planes_of(x), grain_for(out_l * g.kh * g.kw), [&](int64_t lo, int64_t hi) {
+      std::vector<C> best(static_cast<size_t>(g.out_w));
       for (int64_t p = lo; p < hi; ++p) {
         const T* plane = src + p * height * width;
         for (int64_t oh = 0; oh < g.out_h; ++oh) {
+          // One output row at a time, tap by tap across the row: the outputs of a row are
+          // independent, so the loop over them pipelines (a loop over one window's taps is a
+          // chain of dependent compares). Taps go in (i, j) order, so the first maximum wins; a
+          // NaN replaces anything (PyTorch's `val > maxval || isnan(val)`). A window whose taps
+          // all fall in the padding (dilation) keeps -inf and index -1.
+          C* row_best = best.data();
+          int64_t* where = idx + p * out_l + oh * g.out_w;
+          std::fill(best.begin(), best.end(), -std::numeric_limits<C>::infinity());
+          std::fill(where, where + g.out_w, int64_t{-1});
+          for (int64_t i = 0; i < g.kh; ++i) {
+            const int64_t h = oh * g.stride_h - g.pad_h + i * g.dilation_h;
+            if (h < 0 || h >= height) continue;
+            for (int64_t j = 0; j < g.kw; ++j) {
+              const ValidRange cols = tap_cols[static_cast<size_t>(j)];
+              const int64_t base = h * width - g.pad_w + j * g.dilation_w;
+              const T* in = plane + base;
+              const int64_t sw = g.stride_w;
+              for (int64_t ow = cols.lo; ow < cols.hi; ++ow) {
+                const C v = load(in[ow * sw]);
+                const bool take = (v > row_best[ow]) | (v != v);
+                row_best[ow] = take ? v : row_best[ow];
+                where[ow] = take ? base + ow * sw : where[ow];
+              }
+            }
+          }
+          // A window of -inf values took no tap above: its index is its first tap's, as PyTorch's.
           for (int64_t ow = 0; ow < g.out_w; ++ow) {
-            C best = -std::numeric_limits<C>::infinity();
-            int64_t where = -1;
-            // The first maximum; a NaN replaces anything (PyTorch's `val > maxval || isnan(val)`).
-            // A window whose taps all fall in the padding (dilation) keeps -inf and index -1.
-            for (int64_t i = 0; i < g.kh; ++i) {
+            if (where[ow] >= 0) continue;
+            for (int64_t i = 0; i < g.kh && where[ow] < 0; ++i) {
               const int64_t h = oh * g.stride_h - g.pad_h + i * g.dilation_h;
               if (h < 0 || h >= height) continue;
               for (int64_t j = 0; j < g.kw; ++j) {
                 const int64_t w = ow * g.stride_w - g.pad_w + j * g.dilation_w;
-                if (w < 0 || w >= width) continue;
-                const C v = load(plane[h * width + w]);
-                if (where < 0 || v > best || std::isnan(v)) {
-                  best = v;
-                  where = h * width + w;
+                if (w >= 0 && w < width) {
+                  where[ow] = h * width + w;
+                  break;
                 }
               }
             }
-            dst[p * out_l + oh * g.out_w + ow] = store<T>(best);
-            idx[p * out_l + oh * g.out_w + ow] = where;
           }
+          T* out = dst + p * out_l + oh * g.out_w;
+          for (int64_t ow = 0; ow < g.out_w; ++ow) out[ow] = store<T>(row_best[ow]);
         }
       }
     });
