@@ -255,6 +255,22 @@ TEST(MaxPool2d, TiesGoToTheFirstMaximumAndNaNPropagates) {
   EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{1, 0, 0, 1, 0, 0, 0, 0}));
 }
 
+// The contract's lines for convolutional networks (DESIGN.md), as written there.
+TEST(Contract, TheDesignLinesRun) {
+  Tensor x = ag::randn({2, 1, 8, 8});
+  const Tensor w = ag::randn({4, 1, 3, 3}), b = ag::randn({4});
+  Tensor running_mean = ag::zeros({4}), running_var = ag::ones({4}), weight = ag::ones({4}), bias = ag::zeros({4});
+  Tensor y = ag::ops::conv2d(x, w, b, {.stride = {1, 1}, .padding = {1, 1}, .dilation = {1, 1}, .groups = 1});
+  y = ag::ops::batch_norm(y, running_mean, running_var, weight, bias, /*training=*/true, /*momentum=*/0.1, /*eps=*/1e-5);
+  EXPECT_EQ(ag::ops::max_pool2d(y, {.kernel_size = {2, 2}, .stride = {2, 2}}).shape(), (ag::Shape{2, 4, 4, 4}));
+  EXPECT_EQ(ag::ops::avg_pool2d(y, {.kernel_size = {2, 2}, .stride = {2, 2}}).shape(), (ag::Shape{2, 4, 4, 4}));
+  EXPECT_EQ(ag::ops::flatten(ag::ops::adaptive_avg_pool2d(y, {1, 1}), /*start_dim=*/1).shape(), (ag::Shape{2, 4}));
+  ag::nn::Conv2d conv(/*in=*/1, /*out=*/32, /*kernel_size=*/3, {.padding = {1, 1}});
+  ag::nn::BatchNorm2d bn(32);
+  ag::nn::Sequential net{conv, bn, ag::nn::MaxPool2d(2), ag::nn::AvgPool2d(2), ag::nn::Flatten()};
+  EXPECT_EQ(net(x).shape(), (ag::Shape{2, 32 * 2 * 2}));
+}
+
 TEST(Errors, BadShapesNameTheOpAndTheParameter) {
   const Tensor x = ag::randn({2, 4, 5, 5});
   EXPECT_ERROR([&] { ag::ops::conv2d(x, ag::randn({6, 2, 3, 3}), Tensor(), {.groups = 3}); }, "conv2d", "groups = 3",
