@@ -3,7 +3,8 @@
 // alone and against float64 at sampled entries; the seed step and a 4096-wide MLP step in FP32 vs
 // FP16 AMP (and the MLP in BF16 AMP), their losses checked; device memory peak and reserved; host
 // syncs per step; examples/char_gpt's training step at its own size and at a larger one
-// (bench/workloads.h GptWorkload) in FP32, FP16 AMP and BF16 AMP. Plain main (no benchmark
+// (bench/workloads.h GptWorkload) in FP32, FP16 AMP and BF16 AMP; conv2d forward + backward at
+// the Fashion CNN's and a ResNet stage's shapes, its float32 forward checked against the CPU. Plain main (no benchmark
 // library) so the binary runs on a GPU machine as it is. Exit status 1 when a check fails.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -218,6 +219,50 @@ std::string check_losses(const StepResult& fp32, const StepResult& amp, double r
   return text;
 }
 
+// conv2d forward + backward (dx and dw), 3x3, padding 1, into 64 channels from x of `shape`:
+// TFLOP/s (3 x the forward's 2 N O L C 9) per dtype, and the float32 forward against the CPU's.
+void conv_rows() {
+  std::printf("\n%-44s %10s %10s %10s  %s\n", "conv2d fwd+bwd, 3x3 pad 1 -> 64 channels", "fp32", "fp16", "bf16",
+              "fp32 forward vs CPU");
+  for (const ag::Shape& shape : {ag::Shape{128, 32, 14, 14}, ag::Shape{32, 64, 56, 56}}) {
+    ag::manual_seed(3);
+    const ag::Tensor x_cpu = ag::randn(shape), w_cpu = ag::randn({64, shape[1], 3, 3});
+    const double flop = 3.0 * 2 * static_cast<double>(shape[0] * 64 * shape[2] * shape[3] * shape[1] * 9);
+    std::array<double, 3> tflops{};
+    int column = 0;
+    for (ag::DType dtype : {ag::DType::kFloat32, ag::DType::kFloat16, ag::DType::kBFloat16}) {
+      ag::Tensor x = x_cpu.to(dtype).to(ag::Device::kCUDA), w = w_cpu.to(dtype).to(ag::Device::kCUDA);
+      x.set_requires_grad(true);
+      w.set_requires_grad(true);
+      const double seconds = time_per_call(
+          [&] {
+            ag::ops::sum(ag::ops::conv2d(x, w, ag::Tensor(), {.padding = {1, 1}})).backward();
+            x.set_grad(ag::Tensor());
+            w.set_grad(ag::Tensor());
+          },
+          2, 10);
+      tflops[static_cast<size_t>(column++)] = flop / seconds / 1e12;
+    }
+    // The forward in float32 (no TF32) against the CPU's: the same sums in another order.
+    const std::vector<float> gpu = ag::ops::conv2d(x_cpu.to(ag::Device::kCUDA), w_cpu.to(ag::Device::kCUDA),
+                                                   ag::Tensor(), {.padding = {1, 1}})
+                                       .to_vector();
+    const std::vector<float> cpu = ag::ops::conv2d(x_cpu, w_cpu, ag::Tensor(), {.padding = {1, 1}}).to_vector();
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      worst = std::max(worst, std::isnan(gpu[i]) ? INFINITY : std::abs(static_cast<double>(gpu[i]) - cpu[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(cpu[i])));
+    }
+    const bool ok = worst <= 1e-5 * scale;
+    if (!ok) all_checks_passed = false;
+    char name[64];
+    std::snprintf(name, sizeof name, "x [%lld, %lld, %lld, %lld]", static_cast<long long>(shape[0]),
+                  static_cast<long long>(shape[1]), static_cast<long long>(shape[2]), static_cast<long long>(shape[3]));
+    std::printf("  %-42s %5.1f TF/s %5.1f TF/s %5.1f TF/s  %s (max |diff| %.1e of %.1e)\n", name, tflops[0], tflops[1],
+                tflops[2], ok ? "ok" : "WRONG", worst, scale);
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -347,6 +392,8 @@ int main() {
   for (size_t i = 0; i < kGptComputes.size(); ++i) {
     print_launch_profile(large.tag + " " + std::array{"fp32", "fp16 amp", "bf16 amp"}[i], large.r[i]);
   }
+
+  conv_rows();
 
   const double speedup = mlp32.seconds / mlp_amp.seconds;
   std::printf("\ntargets: fp16 linear at 8192^3 >= 0.70 of cuBLAS: %.2f %s;  AMP mlp step <= 0.5x fp32: %.2fx %s;  "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch (CUDA) versions of bench/cuda_bench.cc's training steps, timed the same way.
 
-Usage: pytorch_cuda_workloads.py [--iters=N] [--sdpa-math] [seed] [mlp] [gpt] [gpt2]   (default: all four)
+Usage: pytorch_cuda_workloads.py [--iters=N] [--sdpa-math] [seed] [mlp] [gpt] [gpt2] [conv]   (default: all five)
 The steps: Linear layers with ReLU between them, mse_loss, Adam lr 1e-4, zero_grad each step:
   seed   Linear(10,1), batch 64
   mlp    3 x Linear(4096,4096), batch 4096
@@ -148,6 +148,34 @@ def time_phases(name, phases, losses, precision, fused, iters, tokens=0):
           flush=True)
 
 
+def time_conv(iters):
+    """cuda_bench's conv2d rows: F.conv2d forward + backward (cuDNN), 3x3, padding 1, into 64
+    channels, in fp32 (no TF32), fp16 and bf16; TFLOP/s = 3 x the forward's 2 N O L C 9."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    for shape in ((128, 32, 14, 14), (32, 64, 56, 56)):
+        n, c, h, w = shape
+        flop = 3.0 * 2 * n * 64 * h * w * c * 9
+        rates = []
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            x = torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
+            k = torch.randn(64, c, 3, 3, device="cuda", dtype=dtype, requires_grad=True)
+
+            def run():
+                torch.nn.functional.conv2d(x, k, padding=1).sum().backward()
+                x.grad = k.grad = None
+
+            for _ in range(3):
+                run()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(iters):
+                run()
+            torch.cuda.synchronize()
+            rates.append(flop / ((time.perf_counter() - start) / iters) / 1e12)
+        print(f"conv x {list(shape)}: " + " ".join(f"{r:.1f} TF/s" for r in rates) + " (fp32 fp16 bf16)", flush=True)
+
+
 def main():
     iters, sdpa_math, steps = 10, False, []
     for arg in sys.argv[1:]:
@@ -155,16 +183,18 @@ def main():
             iters = int(arg.split("=", 1)[1])
         elif arg == "--sdpa-math":
             sdpa_math = True
-        elif arg in ("seed", "mlp", "gpt", "gpt2"):
+        elif arg in ("seed", "mlp", "gpt", "gpt2", "conv"):
             steps.append(arg)
         else:
             sys.exit(__doc__)
-    steps = steps or ["seed", "mlp", "gpt", "gpt2"]
+    steps = steps or ["seed", "mlp", "gpt", "gpt2", "conv"]
     torch.backends.cuda.matmul.allow_tf32 = False
     # As ampgrad's GEMMs: 16-bit split-K partials are not added in 16 bits.
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    if "conv" in steps:
+        time_conv(iters)
     for fused in (False, True):
         for precision in ("fp32", "fp16", "bf16"):
             if "seed" in steps:

@@ -22,7 +22,7 @@
 #                              is not finite and below the unigram model's fails.
 #                              Last, where python3 has CUDA torch, the PyTorch peer of
 #                              cuda_bench's GPT-2 row (peer/pytorch_cuda_workloads.py gpt2: eager
-#                              and torch.compile), printed beside it; not a check.
+#                              and torch.compile) and conv2d rows (cuDNN), printed beside it; not a check.
 #                              nccl_test runs as a single-rank MPI job (an isolated singleton: no
 #                              mpirun, no daemon) on the unpacked MPI runtime and libnccl.so.2
 #                              (Python's NCCL wheel, then ldconfig, then /usr/local/cuda*).
@@ -366,8 +366,8 @@ run() {
   local peer="$bindir/../peer/pytorch_cuda_workloads.py"
   [[ -f "$peer" ]] || peer="$here/../bench/pytorch_cuda_workloads.py"
   if [[ -f "$peer" ]] && timeout 60 python3 -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
-    echo "==== PyTorch peer: $peer gpt2 (log $logs/pytorch_gpt2.log)"
-    timeout "${GPU_CHECK_TIMEOUT:-240}" python3 "$peer" gpt2 >"$logs/pytorch_gpt2.log" 2>&1
+    echo "==== PyTorch peer: $peer gpt2 conv (log $logs/pytorch_gpt2.log)"
+    timeout "${GPU_CHECK_TIMEOUT:-240}" python3 "$peer" gpt2 conv >"$logs/pytorch_gpt2.log" 2>&1
     echo "(exit $?)"
     cat "$logs/pytorch_gpt2.log"
   else
