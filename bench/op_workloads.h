@@ -18,6 +18,8 @@
 //                             conv2d forward + backward (dx and dw), 3x3, padding 1: the Fashion CNN's
 //                             second layer (x [128, 32, 14, 14] -> 64 channels) and a ResNet stage
 //                             (x [32, 64, 56, 56] -> 64 channels); FLOP = 3 x the forward's 2 N O L C 9
+//   conv_{depthwise,1x1}_{fp32,bf16}
+//                             the ResNet stage's x as a depthwise 3x3 (groups 64) and a 1x1 convolution
 //   copy_bandwidth            a 96 MiB float copy on the pool: the machine's copy bandwidth
 #pragma once
 
@@ -94,16 +96,20 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
                                                    0, flop});
   }
   if (name.starts_with("conv_")) {
-    const bool resnet = name.starts_with("conv_resnet_");
+    // conv_{cnn,resnet}: 3x3 into 64 channels; conv_depthwise: the ResNet stage's shape, 3x3 per
+    // channel (groups 64); conv_1x1: the ResNet stage's shape, 1x1 into 64 channels.
+    const bool cnn = name.starts_with("conv_cnn_"), depthwise = name.starts_with("conv_depthwise_");
+    const bool pointwise = name.starts_with("conv_1x1_");
     const DType conv_dtype = name.ends_with("_bf16") ? DType::kBFloat16 : DType::kFloat32;
-    const Shape xs = resnet ? Shape{32, 64, 56, 56} : Shape{128, 32, 14, 14};
-    const int64_t out = 64;
-    Tensor x = randn(xs, conv_dtype), w = randn({out, xs[1], 3, 3}, conv_dtype);
+    const Shape xs = cnn ? Shape{128, 32, 14, 14} : Shape{32, 64, 56, 56};
+    const int64_t out = 64, k = pointwise ? 1 : 3, groups = depthwise ? xs[1] : 1;
+    Tensor x = randn(xs, conv_dtype), w = randn({out, xs[1] / groups, k, k}, conv_dtype);
     x.set_requires_grad(true);
     w.set_requires_grad(true);
-    const double flop = 3.0 * 2 * static_cast<double>(xs[0] * out * xs[2] * xs[3] * xs[1] * 9);
-    return std::make_unique<OpWorkload>(OpWorkload{[x, w] {
-                                                     ops::sum(ops::conv2d(x, w, Tensor(), {.padding = {1, 1}})).backward();
+    const double flop = 3.0 * 2 * static_cast<double>(xs[0] * out * xs[2] * xs[3] * (xs[1] / groups) * k * k);
+    const ops::Conv2dOptions options{.padding = {k / 2, k / 2}, .groups = groups};
+    return std::make_unique<OpWorkload>(OpWorkload{[x, w, options] {
+                                                     ops::sum(ops::conv2d(x, w, Tensor(), options)).backward();
                                                      Tensor(x).set_grad(Tensor());
                                                      Tensor(w).set_grad(Tensor());
                                                    },

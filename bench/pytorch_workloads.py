@@ -128,18 +128,21 @@ def make_op(name):
 
         return run, 0, 3.5 * 4.0 * 24 * t * t * 64 / 2
     if name.startswith("conv_"):
-        # conv_{cnn,resnet}_{fp32,bf16}: F.conv2d forward + backward (oneDNN on the CPU), 3x3, padding 1.
-        shape = (32, 64, 56, 56) if name.startswith("conv_resnet_") else (128, 32, 14, 14)
+        # conv_{cnn,resnet,depthwise,1x1}_{fp32,bf16}: F.conv2d forward + backward (oneDNN on the
+        # CPU): 3x3 into 64 channels, the depthwise 3x3 (groups 64) and the 1x1 of op_workloads.h.
+        shape = (128, 32, 14, 14) if name.startswith("conv_cnn_") else (32, 64, 56, 56)
+        k = 1 if name.startswith("conv_1x1_") else 3
+        groups = shape[1] if name.startswith("conv_depthwise_") else 1
         conv_dtype = torch.bfloat16 if name.endswith("_bf16") else torch.float32
         x = torch.randn(*shape).to(conv_dtype).requires_grad_()
-        w = torch.randn(64, shape[1], 3, 3).to(conv_dtype).requires_grad_()
+        w = torch.randn(64, shape[1] // groups, k, k).to(conv_dtype).requires_grad_()
 
         def run():
-            torch.nn.functional.conv2d(x, w, padding=1).sum().backward()
+            torch.nn.functional.conv2d(x, w, padding=k // 2, groups=groups).sum().backward()
             x.grad = w.grad = None
 
         n, c, h, wd = shape
-        return run, 0, 3.0 * 2 * n * 64 * h * wd * c * 9
+        return run, 0, 3.0 * 2 * n * 64 * h * wd * (c // groups) * k * k
     if name.startswith("adamw_fp32"):
         # adamw_fp32: PyTorch's default AdamW (foreach); adamw_fp32_fused its fused=True CPU kernel.
         params = [torch.randn(2048, 1024, requires_grad=True) for _ in range(8)]

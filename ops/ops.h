@@ -166,7 +166,8 @@ struct Conv2dOptions {
 /// -> [N, O, Ho, Wo], Ho = (H + 2 pad - dil (kH - 1) - 1) / stride + 1 (floor), as PyTorch. A GEMM
 /// per group over im2col columns on the GEMM engine (FP32 sums, rounded once; the bias is added to
 /// the rounded product), the columns built per chunk of samples so their memory stays bounded (a
-/// 1x1 convolution's columns are x transposed). Autocast: lower precision.
+/// 1x1 convolution's columns are x transposed); a depthwise one (groups = C = O) runs a direct
+/// kernel (compute-type sums, the bias included, rounded once). Autocast: lower precision.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), const Conv2dOptions& options = {});
 
 /// max_pool2d's options (F.max_pool2d). A stride of {0, 0} means the kernel size (PyTorch's default).

@@ -1,8 +1,10 @@
-// conv2d as GEMMs over im2col columns on the GEMM engine (FP32 sums for every storage type).
+// conv2d as GEMMs over im2col columns on the GEMM engine (FP32 sums for every storage type), or a
+// direct depthwise kernel.
 // Autocast runs it in lower precision. Per group g, with cols [Kg, n L] the chunk's columns:
 //   out_g = w_g cols_g  (+ b);  dw_g = dy_g cols_g^T;  dcols_g = w_g^T dy_g, dx = col2im(dcols)
 // The columns of a chunk of samples are built, used and dropped, in the forward and again in the
-// backward: nothing of im2col's size K n L lives from forward to backward.
+// backward: nothing of im2col's size K n L lives from forward to backward. A depthwise convolution
+// (groups = C = O) runs a direct kernel instead.
 #include <algorithm>
 
 #include "framework/copy.h"
@@ -84,6 +86,10 @@ struct Conv2d {
                 .out_w = conv_out_size(x.size(3), w.size(3), o.stride[1], o.padding[1], o.dilation[1])};
     const int64_t batch = x.size(0), out_c = w.size(0), len = geometry.out_h * geometry.out_w;
     Tensor out = Tensor::empty({batch, out_c, geometry.out_h, geometry.out_w}, x.dtype(), x.device());
+    if (depthwise(x, w)) {
+      kernels::depthwise_conv2d(x, w, b, geometry, out);
+      return out;
+    }
     const Tensor w3 = weight_groups(w);
     for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
       const Tensor cols = columns(x, w, n0, n);
@@ -100,7 +106,10 @@ struct Conv2d {
     const Tensor w3 = weight_groups(w);
     Tensor dx, dw, db;
     if (saved.needs_grad(0)) dx = Tensor::empty(x.shape(), dy.dtype(), dy.device());
-    if (saved.needs_grad(0) || saved.needs_grad(1)) {
+    if (saved.needs_grad(1) && depthwise(x, w)) dw = Tensor::empty(w.shape(), dy.dtype(), dy.device());
+    if (depthwise(x, w)) {
+      if (dx.defined() || dw.defined()) kernels::depthwise_conv2d_backward(x, w, dy, geometry, dx, dw);
+    } else if (saved.needs_grad(0) || saved.needs_grad(1)) {
       for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
         Tensor dyt = Tensor::empty({groups, out_c / groups, n * len}, dy.dtype(), dy.device());
         Tensor dyt_channels = reshape(dyt, {out_c, n, len});
@@ -129,6 +138,12 @@ struct Conv2d {
   }
 
  private:
+  // One filter per channel (groups = C = O): a direct kernel, since a GEMM per channel would
+  // have one row and kH kW columns.
+  bool depthwise(const Tensor& x, const Tensor& w) const {
+    return options.groups > 1 && options.groups == x.size(1) && w.size(0) == x.size(1);
+  }
+
   // w [O, C/g, kH, kW] as the g matrices [O/g, Kg] (a view).
   Tensor weight_groups(const Tensor& w) const {
     return reshape(w, {options.groups, w.size(0) / options.groups, w.size(1) * w.size(2) * w.size(3)});

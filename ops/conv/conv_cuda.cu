@@ -1,6 +1,8 @@
 // Convolution moves on CUDA: im2col and the transposes between [O, n, L] and [N, O, L] are one
 // thread per output element; col2im is a gather (one thread per dx element summing the taps that
 // read it, in the compute type), so it needs no atomics and is deterministic.
+#include <cub/block/block_reduce.cuh>
+
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
 #include "ops/conv/conv_kernels.h"
@@ -78,6 +80,74 @@ __global__ void channels_from_samples_kernel(const T* y, int64_t n0, int64_t cha
   }
 }
 
+// x is (N, C, H, W), w (C, 1, kh, kw), b (C) or null, y (N, C, Ho, Wo): one thread per output.
+template <typename T>
+__global__ void depthwise_kernel(const T* x, const T* w, const T* b, int64_t batch, int64_t channels, int64_t height,
+                                 int64_t width, ConvGeometry g, T* y) {
+  using C = Compute<T>;
+  const int64_t out_len = g.out_h * g.out_w, total = batch * channels * out_len;
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total; k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ow = k % g.out_w, oh = (k / g.out_w) % g.out_h, plane = k / out_len, c = plane % channels;
+    C acc = b != nullptr ? dload(b[c]) : C(0);
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t h = oh * g.stride_h - g.pad_h + i * g.dilation_h;
+      if (h < 0 || h >= height) continue;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t xw = ow * g.stride_w - g.pad_w + j * g.dilation_w;
+        if (xw < 0 || xw >= width) continue;
+        acc += dload(w[(c * g.kh + i) * g.kw + j]) * dload(x[(plane * height + h) * width + xw]);
+      }
+    }
+    y[k] = dstore<T>(acc);
+  }
+}
+
+// dy is (N, C, Ho, Wo); dx (N, C, H, W): one thread per dx element, gathering dy w over the taps
+// whose window reads it, in the compute type.
+template <typename T>
+__global__ void depthwise_dx_kernel(const T* w, const T* dy, int64_t batch, int64_t channels, int64_t height,
+                                    int64_t width, ConvGeometry g, T* dx) {
+  using C = Compute<T>;
+  const int64_t plane_len = height * width, total = batch * channels * plane_len;
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total; k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t xw = k % width, y = (k / width) % height, plane = k / plane_len, c = plane % channels;
+    C acc = C(0);
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t th = y + g.pad_h - i * g.dilation_h;
+      if (th < 0 || th % g.stride_h != 0 || th / g.stride_h >= g.out_h) continue;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t tw = xw + g.pad_w - j * g.dilation_w;
+        if (tw < 0 || tw % g.stride_w != 0 || tw / g.stride_w >= g.out_w) continue;
+        acc += dload(w[(c * g.kh + i) * g.kw + j]) *
+               dload(dy[(plane * g.out_h + th / g.stride_h) * g.out_w + tw / g.stride_w]);
+      }
+    }
+    dx[k] = dstore<T>(acc);
+  }
+}
+
+// x (N, C, H, W), dy (N, C, Ho, Wo), dw (C, 1, kh, kw): block (c, i, j) sums dy x at that tap over
+// every sample and output, in double.
+template <typename T>
+__global__ void depthwise_dw_kernel(const T* x, const T* dy, int64_t batch, int64_t channels, int64_t height,
+                                    int64_t width, ConvGeometry g, T* dw) {
+  using Reduce = cub::BlockReduce<double, kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  const int64_t taps = g.kh * g.kw, c = blockIdx.x / taps, i = (blockIdx.x % taps) / g.kw, j = blockIdx.x % g.kw;
+  const int64_t out_len = g.out_h * g.out_w, count = batch * out_len;
+  double sum = 0.0;
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+    const int64_t n = e / out_len, l = e % out_len, oh = l / g.out_w, ow = l % g.out_w;
+    const int64_t h = oh * g.stride_h - g.pad_h + i * g.dilation_h, xw = ow * g.stride_w - g.pad_w + j * g.dilation_w;
+    if (h < 0 || h >= height || xw < 0 || xw >= width) continue;
+    const int64_t plane = n * channels + c;
+    sum += static_cast<double>(dload(dy[plane * out_len + l])) *
+           static_cast<double>(dload(x[(plane * height + h) * width + xw]));
+  }
+  const double total = Reduce(temp).Sum(sum);
+  if (threadIdx.x == 0) dw[blockIdx.x] = dconvert<T>(total);  // double to T, rounded once as the CPU
+}
+
 }  // namespace
 
 void im2col(const Tensor& x, int64_t n0, const ConvGeometry& g, Tensor& cols) {
@@ -126,6 +196,38 @@ void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
     channels_from_samples_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<const T*>(y.data_ptr()), n0, channels,
                                                                       n, len, static_cast<T*>(ct.data_ptr()));
     AG_CUDA_CHECK_LAUNCH("channels_from_samples_kernel");
+  });
+}
+
+void depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y) {
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  visit_floating_dtype(y.dtype(), [&](auto t) {
+    using T = DeviceType<decltype(t)>;
+    depthwise_kernel<T><<<blocks_for(total), kThreads>>>(
+        static_cast<const T*>(x.data_ptr()), static_cast<const T*>(w.data_ptr()),
+        b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr, x.size(0), x.size(1), x.size(2), x.size(3), g,
+        static_cast<T*>(y.data_ptr()));
+    AG_CUDA_CHECK_LAUNCH("depthwise_kernel");
+  });
+}
+
+void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvGeometry& g, Tensor& dx,
+                               Tensor& dw) {
+  visit_floating_dtype(dy.dtype(), [&](auto t) {
+    using T = DeviceType<decltype(t)>;
+    if (dx.defined() && dx.numel() > 0) {
+      depthwise_dx_kernel<T><<<blocks_for(dx.numel()), kThreads>>>(
+          static_cast<const T*>(w.data_ptr()), static_cast<const T*>(dy.data_ptr()), x.size(0), x.size(1), x.size(2),
+          x.size(3), g, static_cast<T*>(dx.data_ptr()));
+      AG_CUDA_CHECK_LAUNCH("depthwise_dx_kernel");
+    }
+    if (dw.defined() && dw.numel() > 0) {
+      depthwise_dw_kernel<T><<<static_cast<unsigned>(dw.numel()), kThreads>>>(
+          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(dy.data_ptr()), x.size(0), x.size(1), x.size(2),
+          x.size(3), g, static_cast<T*>(dw.data_ptr()));
+      AG_CUDA_CHECK_LAUNCH("depthwise_dw_kernel");
+    }
   });
 }
 

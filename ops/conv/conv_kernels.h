@@ -86,4 +86,35 @@ inline void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
   AG_ON_BACKEND(ct.device(), channels_from_samples, y, n0, ct);
 }
 
+// Depthwise convolution (groups = C = O: one kh x kw filter per channel), directly, without
+// columns: y[n, c, oh, ow] = b[c] + sum over taps inside x of x[n, c, tap] w[c, 0, i, j], summed in
+// the compute type and rounded once (b may be undefined: 0). x is [N, C, H, W], w [C, 1, kh, kw],
+// y [N, C, Ho, Wo].
+namespace cpu {
+void depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y);
+}
+namespace cuda {
+void depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y);
+}
+inline void depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y) {
+  AG_ON_BACKEND(y.device(), depthwise_conv2d, x, w, b, g, y);
+}
+
+// Its gradients from dy [N, C, Ho, Wo]: dx (x's shape) = each pixel's sum of dy w over the windows
+// that read it; dw (w's shape) = sum over n and the outputs of dy x at each tap, in double. Either
+// may be undefined when not needed; both are overwritten (dw: on the CPU each output row's
+// products in the compute type, the rows in double; on CUDA every product in double).
+namespace cpu {
+void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvGeometry& g, Tensor& dx,
+                               Tensor& dw);
+}
+namespace cuda {
+void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvGeometry& g, Tensor& dx,
+                               Tensor& dw);
+}
+inline void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvGeometry& g,
+                                      Tensor& dx, Tensor& dw) {
+  AG_ON_BACKEND(dy.device(), depthwise_conv2d_backward, x, w, dy, g, dx, dw);
+}
+
 }  // namespace ampgrad::kernels
