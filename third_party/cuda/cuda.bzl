@@ -15,6 +15,10 @@ _NVCC_FLAGS = [
     "-Xcompiler",
     "-fPIC",
     "--expt-relaxed-constexpr",
+    # Intermediate files beside the object, not in /tmp: nvcc names them after its process id,
+    # which is the same in every sandbox (each has its own PID namespace), so two compiles at once
+    # overwrote each other's (fatbinary: "Could not open input file /tmp/tmpxft_00000002_...").
+    "--objdir-as-tempdir",
 ] + ["-gencode=arch=compute_%s,code=[sm_%s,compute_%s]" % (a, a, a) for a in CUDA_ARCHS]
 
 # Per compilation mode (bazel -c): -lineinfo maps device code to source lines for compute-sanitizer
