@@ -21,18 +21,11 @@ namespace {
 
 using kernels::ConvGeometry;
 using kernels::Transpose;
+using kernels::gemm;
 
 // How many columns one chunk builds at most (32 MB of float32): bounds im2col's memory whatever
 // the batch, while a chunk's GEMM stays large enough to run at the engine's speed.
 constexpr int64_t kColumnBudget = int64_t{1} << 23;
-
-// op(a) @ op(b) over a batch of g products: a and b are [g, rows, cols].
-Tensor product(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb) {
-  const int64_t rows = a.size(ta == Transpose::kYes ? 2 : 1), cols = b.size(tb == Transpose::kYes ? 1 : 2);
-  Tensor out = Tensor::empty({a.size(0), rows, cols}, a.dtype(), a.device());
-  kernels::gemm(a, ta, b, tb, Tensor(), out);
-  return out;
-}
 
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
   const int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
@@ -93,7 +86,7 @@ struct Conv2d {
     const Tensor w3 = weight_groups(w);
     for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
       const Tensor cols = columns(x, w, n0, n);
-      const Tensor ct = product(w3, Transpose::kNo, cols, Transpose::kNo);  // [g, O/g, n L]
+      const Tensor ct = gemm(w3, Transpose::kNo, cols, Transpose::kNo);  // [g, O/g, n L]
       kernels::samples_from_channels(reshape(ct, {out_c, n, len}), b, n0, out);
     });
     return out;
@@ -115,7 +108,7 @@ struct Conv2d {
         Tensor dyt_channels = reshape(dyt, {out_c, n, len});
         kernels::channels_from_samples(dy, n0, dyt_channels);
         if (saved.needs_grad(1)) {
-          const Tensor part = reshape(product(dyt, Transpose::kNo, columns(x, w, n0, n), Transpose::kYes), w.shape());
+          const Tensor part = reshape(gemm(dyt, Transpose::kNo, columns(x, w, n0, n), Transpose::kYes), w.shape());
           if (dw.defined()) {
             accumulate_(dw, part);  // a later chunk: one rounding per chunk, few chunks by the budget
           } else {
@@ -123,7 +116,7 @@ struct Conv2d {
           }
         }
         if (saved.needs_grad(0)) {
-          Tensor dcols = reshape(product(w3, Transpose::kYes, dyt, Transpose::kNo), {x.size(1) * geometry.kh * geometry.kw, n, len});
+          Tensor dcols = reshape(gemm(w3, Transpose::kYes, dyt, Transpose::kNo), {x.size(1) * geometry.kh * geometry.kw, n, len});
           kernels::col2im(dcols, geometry, n0, dx);
         }
       });

@@ -17,20 +17,7 @@ namespace {
 
 using kernels::Transpose;
 
-int64_t rows_of(const Tensor& t, Transpose trans) { return t.size(trans == Transpose::kYes ? -1 : -2); }
-int64_t cols_of(const Tensor& t, Transpose trans) { return t.size(trans == Transpose::kYes ? -2 : -1); }
-
-// op(a) @ op(b) over a batch: a and b are [batch or 1, rows, cols] (or 2-D: a batch of one).
-Tensor gemm(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, const Tensor& bias = Tensor()) {
-  // A batch of one is shared by every product, so it broadcasts: against an empty batch the result is empty.
-  const int64_t a_batch = a.dim() == 3 ? a.size(0) : 1, b_batch = b.dim() == 3 ? b.size(0) : 1;
-  const int64_t batch = a_batch == 1 ? b_batch : a_batch;
-  const Shape shape = a.dim() == 3 || b.dim() == 3 ? Shape{batch, rows_of(a, ta), cols_of(b, tb)}
-                                                   : Shape{rows_of(a, ta), cols_of(b, tb)};
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  kernels::gemm(a, ta, b, tb, bias, out);
-  return out;
-}
+using kernels::gemm;
 
 // t [..., n] as the matrix [prod(...), n] (a view).
 Tensor as_rows(const Tensor& t) {

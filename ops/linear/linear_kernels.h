@@ -25,4 +25,18 @@ inline void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose 
   AG_ON_BACKEND(out.device(), gemm, a, trans_a, b, trans_b, bias, out);
 }
 
+// gemm into a new tensor of a's dtype and device: [count, M, N] when a or b is 3-D, else [M, N].
+// A batch of one broadcasts, so against an empty batch the result is empty.
+inline Tensor gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b,
+                   const Tensor& bias = Tensor()) {
+  const int64_t rows = a.size(trans_a == Transpose::kYes ? -1 : -2);
+  const int64_t cols = b.size(trans_b == Transpose::kYes ? -2 : -1);
+  const int64_t a_batch = a.dim() == 3 ? a.size(0) : 1, b_batch = b.dim() == 3 ? b.size(0) : 1;
+  const Shape shape = a.dim() == 3 || b.dim() == 3 ? Shape{a_batch == 1 ? b_batch : a_batch, rows, cols}
+                                                   : Shape{rows, cols};
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  gemm(a, trans_a, b, trans_b, bias, out);
+  return out;
+}
+
 }  // namespace ampgrad::kernels

@@ -20,8 +20,6 @@ Layout layout_of(const Tensor& x) {
   return {n, c, n * c == 0 ? 0 : x.numel() / (n * c)};
 }
 
-template <typename C> using Stat = std::conditional_t<std::is_same_v<C, double>, double, float>;
-
 int64_t grain_for(int64_t work) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(work, 1)); }
 
 // sum f(v[k]) over k < n in double, in eight interleaved partial sums (one chain of dependent

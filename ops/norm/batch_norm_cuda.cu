@@ -8,31 +8,13 @@
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
 #include "ops/norm/norm_kernels.h"
+#include "ops/reduce/reduce_cuda.h"
 
 namespace ampgrad::kernels::cuda {
 
 namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
-
-template <typename C> using Stat = std::conditional_t<std::is_same_v<C, double>, double, float>;
-
-// Sums of each thread's a and b over the block (two reductions, one temp storage reused).
-__device__ void block_sums(double& a, double& b) {
-  using Reduce = cub::BlockReduce<double, kThreads>;
-  __shared__ typename Reduce::TempStorage temp;
-  __shared__ double result[2];
-  const double sa = Reduce(temp).Sum(a);
-  __syncthreads();
-  const double sb = Reduce(temp).Sum(b);
-  if (threadIdx.x == 0) {
-    result[0] = sa;
-    result[1] = sb;
-  }
-  __syncthreads();
-  a = result[0];
-  b = result[1];
-}
 
 // The offset in x (N, C, S) of element e of channel c's N x S elements (sample e / S, position e % S).
 __device__ __forceinline__ int64_t channel_offset(int64_t e, int64_t c, int64_t channels, int64_t inner) {

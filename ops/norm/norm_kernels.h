@@ -4,10 +4,15 @@
 // and overwritten.
 #pragma once
 
+#include <type_traits>
+
 #include "framework/device.h"
 #include "framework/tensor.h"
 
 namespace ampgrad::kernels {
+
+// The type statistics (mean, rstd, var) are kept in for compute type C: double for float64, else float.
+template <typename C> using Stat = std::conditional_t<std::is_same_v<C, double>, double, float>;
 
 // y = (x - mean) * rstd * w + b per row (w and b [C] may be undefined: 1 and 0); mean and rstd
 // ([rows], float32, or float64 for float64 x) are written for the backward. rstd = 1/sqrt(var + eps)

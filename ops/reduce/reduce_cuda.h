@@ -14,6 +14,24 @@ namespace ampgrad::kernels::cuda {
 
 inline constexpr int kReduceBlocksMax = 1024;
 
+// Sums of each thread's a and b over a block of kThreads, returned to every thread (two
+// reductions, one temp storage reused).
+__device__ inline void block_sums(double& a, double& b) {
+  using Reduce = cub::BlockReduce<double, ::ampgrad::cuda::kThreads>;
+  __shared__ typename Reduce::TempStorage temp;
+  __shared__ double result[2];
+  const double sa = Reduce(temp).Sum(a);
+  __syncthreads();
+  const double sb = Reduce(temp).Sum(b);
+  if (threadIdx.x == 0) {
+    result[0] = sa;
+    result[1] = sb;
+  }
+  __syncthreads();
+  a = result[0];
+  b = result[1];
+}
+
 // partials is (gridDim.x): partials[b] = sum over block b's grid-stride share of term(i), i < n.
 template <typename C, typename Term>
 __global__ void reduce_partials_kernel(int64_t n, Term term, C* partials) {
