@@ -150,10 +150,17 @@ bool GradScaler::step(optim::Optimizer& opt) {
            "that uses them, and do not zero_grad() between backward and step");
   it.stage = Stage::kStepped;
   if (it.found_inf) {
-    // Skip: drop the unscaled FP32 gradients so nothing stale reaches a later step.
-    for (const Tensor& p : opt.parameters()) {
+    // Skip: drop the unscaled FP32 gradients so nothing stale reaches a later step (and a
+    // step-only master, where masters are not kept, with its gradient).
+    const bool kept = opt.master_weights() == optim::MasterWeights::kFp32;
+    for (Tensor p : opt.parameters()) {
       Tensor master = p.master();
-      if (master.defined()) master.set_grad(Tensor());
+      if (!master.defined()) continue;
+      if (kept) {
+        master.set_grad(Tensor());
+      } else {
+        p.set_master(Tensor());
+      }
     }
     return false;
   }

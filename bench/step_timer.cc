@@ -1,13 +1,15 @@
 // Times one workload in a plain loop, for callgrind and for compare_pytorch.sh:
 //   step_timer WORKLOAD [--seconds=S] [--steps=N] [--threads=T] [--cpu-time] [--memory]
 // WORKLOAD: seed_{fp32,amp,bf16} mlp_{sgd,adam}_{fp32,amp,bf16,fp8} fashion_{fp32,amp,bf16,fp8}
-//           fashion_cnn_{fp32,amp,bf16}
+//           fashion_cnn_{fp32,amp,bf16} mlp_adam_bf16params_{fp32masters,stochastic} (BF16 parameters
+//           in BF16 autocast, with FP32 masters or stochastic rounding)
 //   gpt_{fp32,amp,bf16,fp8} gpt2s_{fp32,amp,bf16,fp8} (GPT-2 small's shape, T = 256, batch 2; gpt2s_ckpt_*
 //   with --checkpoint-activations) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a
 //   GradScaler, bf16 is BF16 autocast without one, fp8 the same with linear's GEMMs in FP8; the single ops of op_workloads.h (add_bias_*, add_residual_*,
 //   bmm_*, copy_bandwidth: prints "WORKLOAD <median us> <GB/s or GFLOP/s>"),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
-//   memory_mlp_{fp32,fp16params} (peak bytes and RSS over 20 Adam steps),
+//   memory_mlp_{fp32,fp16params,bf16params_fp32masters,bf16params_stochastic} (peak bytes and RSS
+//   over 20 Adam steps),
 //   memory_fashion_{fp32,amp} (live bytes and peak RSS after 1e2 and 1e4 fashion steps),
 //   memory_gpt_{fp32,amp} (live bytes after 20 and 200 char_gpt steps, peak RSS).
 // Prints "WORKLOAD <median us per step over 5 chunks>" (or the figures named above); --memory adds
@@ -89,6 +91,12 @@ std::unique_ptr<ag::bench::Steppable> make_workload(const std::string& name) {
     shape.checkpoint_activations = name.find("_ckpt") != std::string::npos;
     return std::make_unique<ag::bench::GptWorkload>(precision, shape);
   }
+  if (name.rfind("mlp_adam_bf16params_", 0) == 0) {  // BF16 parameters in BF16 autocast, no scaler
+    ag::bench::Workload w = ag::bench::mlp_workload(Precision::kAmpBf16, Optim::kAdam, ag::DType::kBFloat16);
+    w.opt->set_master_weights(name.ends_with("_stochastic") ? ag::optim::MasterWeights::kStochasticRounding
+                                                            : ag::optim::MasterWeights::kFp32);
+    return std::make_unique<ag::bench::Workload>(std::move(w));
+  }
   if (name.rfind("mlp_", 0) == 0) {
     const Optim optim = name.rfind("mlp_adam", 0) == 0 ? Optim::kAdam : Optim::kSgd;
     return std::make_unique<ag::bench::Workload>(ag::bench::mlp_workload(precision, optim));
@@ -165,9 +173,10 @@ int run(const std::string& name, double seconds, long steps, bool memory) {
     return 0;
   }
   if (name.rfind("memory_mlp_", 0) == 0) {
-    const bool fp16 = name == "memory_mlp_fp16params";
-    ag::bench::Workload w = ag::bench::mlp_workload(fp16 ? Precision::kAmp : Precision::kFp32, Optim::kAdam,
-                                                    fp16 ? ag::DType::kFloat16 : ag::DType::kFloat32);
+    const bool fp16 = name == "memory_mlp_fp16params", bf16 = name.rfind("memory_mlp_bf16params_", 0) == 0;
+    ag::bench::Workload w = ag::bench::mlp_workload(fp16 ? Precision::kAmp : bf16 ? Precision::kAmpBf16 : Precision::kFp32,
+                                                    Optim::kAdam, fp16 ? ag::DType::kFloat16 : bf16 ? ag::DType::kBFloat16 : ag::DType::kFloat32);
+    if (name == "memory_mlp_bf16params_stochastic") w.opt->set_master_weights(ag::optim::MasterWeights::kStochasticRounding);
     for (int i = 0; i < 20; ++i) w.step();
     std::printf("%s peak_bytes_mib %.2f peak_rss_mib %.2f\n", name.c_str(),
                 static_cast<double>(ag::memory_stats(ag::Device::kCPU).peak_bytes) / (1 << 20), peak_rss_mib());

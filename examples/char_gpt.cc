@@ -1,7 +1,9 @@
 // Trains a character-level GPT on a text (by default every text of Debian's fortunes package),
 // printing train and validation loss as it goes and a sample at the end. --amp (or --amp=fp16)
 // trains with FP16 autocast and a GradScaler; --amp=bf16 with BF16 autocast and no scaler;
-// --amp=fp8 the same with the linears' GEMMs in FP8 (delayed scaling).
+// --amp=fp8 the same with the linears' GEMMs in FP8 (delayed scaling); --amp=bf16-params stores
+// the model in BF16, its updates kept by FP32 masters (--master-weights=fp32, the default), by
+// stochastic rounding without masters (=stochastic), or lost below half a step (=none).
 // --device=cuda trains on the GPU. --save writes a checkpoint (it loads in PyTorch); --resume
 // continues one. --plot=DIR draws the loss (and with FP16 AMP the loss scale) into DIR/*.png
 // through gnuplot. --checkpoint-activations recomputes each block in the backward instead of
@@ -28,9 +30,10 @@ namespace {
 
 void usage(const char* program) {
   std::fprintf(stderr,
-               "usage: %s [--data=PATH] [--device=cpu|cuda] [--amp[=fp16|bf16|fp8]] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
+               "usage: %s [--data=PATH] [--device=cpu|cuda] [--amp[=fp16|bf16|fp8|bf16-params]] [--steps=N] [--batch=N] [--block=N] [--layers=N] [--heads=N]\n"
                "          [--embd=N] [--lr=X] [--seed=N] [--eval-every=N] [--save=FILE] [--resume=FILE]\n"
-               "          [--sample=N] [--plot=DIR] [--checkpoint-activations] [--preset=gpt2-124m] [--vocab=N]\n",
+               "          [--sample=N] [--plot=DIR] [--checkpoint-activations] [--preset=gpt2-124m] [--vocab=N]\n"
+               "          [--master-weights=fp32|stochastic|none] (with --amp=bf16-params)\n",
                program);
 }
 
@@ -53,6 +56,10 @@ int main(int argc, char** argv) {
       else if (arg == "--amp" || arg == "--amp=fp16") options.precision = char_gpt::Precision::kFloat16Amp;
       else if (arg == "--amp=bf16") options.precision = char_gpt::Precision::kBFloat16Amp;
       else if (arg == "--amp=fp8") options.precision = char_gpt::Precision::kFp8;
+      else if (arg == "--amp=bf16-params") options.precision = char_gpt::Precision::kBf16Params;
+      else if (arg == "--master-weights=fp32") options.master_weights = ag::optim::MasterWeights::kFp32;
+      else if (arg == "--master-weights=stochastic") options.master_weights = ag::optim::MasterWeights::kStochasticRounding;
+      else if (arg == "--master-weights=none") options.master_weights = ag::optim::MasterWeights::kNone;
       else if (key == "--steps") options.steps = parse_count(key, value);
       else if (key == "--batch") options.batch_size = parse_count(key, value);
       else if (key == "--block") options.model.block_size = parse_count(key, value);
@@ -93,11 +100,22 @@ int main(int argc, char** argv) {
       }
       options.model.vocab_size = padded_vocab;  // the extra classes are never targets
     }
+    if (options.master_weights != ag::optim::MasterWeights::kFp32 &&
+        options.precision != char_gpt::Precision::kBf16Params) {
+      std::fprintf(stderr, "char_gpt: --master-weights applies to 16-bit parameters: add --amp=bf16-params\n");
+      return 2;
+    }
     ag::manual_seed(options.seed);
     gpt::GPT model(options.model);
     const bool amp = char_gpt::uses_grad_scaler(options.precision);  // the scale is worth printing
+    const std::string precision =
+        std::string(char_gpt::precision_name(options.precision)) +
+        (options.precision != char_gpt::Precision::kBf16Params                           ? ""
+         : options.master_weights == ag::optim::MasterWeights::kStochasticRounding ? ", stochastic rounding"
+         : options.master_weights == ag::optim::MasterWeights::kNone                ? ", no masters"
+                                                                                     : ", FP32 masters");
     std::printf("char_gpt: %zu characters of text, vocabulary %zu, %s on %s, %lld steps of %lld x %lld tokens\n",
-                corpus.train.size() + corpus.val.size(), corpus.vocab.size(), char_gpt::precision_name(options.precision),
+                corpus.train.size() + corpus.val.size(), corpus.vocab.size(), precision.c_str(),
                 std::string(ag::device_name(options.device)).c_str(),
                 static_cast<long long>(options.steps), static_cast<long long>(options.batch_size),
                 static_cast<long long>(options.model.block_size));

@@ -17,6 +17,7 @@ ag::DType autocast_dtype(Precision precision) {
     case Precision::kFloat16Amp: return ag::DType::kFloat16;
     case Precision::kBFloat16Amp: return ag::DType::kBFloat16;
     case Precision::kFp8: return ag::DType::kBFloat16;
+    case Precision::kBf16Params: return ag::DType::kBFloat16;
   }
   return ag::DType::kFloat32;
 }
@@ -29,6 +30,7 @@ const char* precision_name(Precision precision) {
     case Precision::kFloat16Amp: return "FP16 AMP";
     case Precision::kBFloat16Amp: return "BF16 AMP";
     case Precision::kFp8: return "FP8 linears in BF16 AMP";
+    case Precision::kBf16Params: return "BF16 params";
   }
   return "?";
 }
@@ -192,12 +194,14 @@ TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, 
            o.eval_every, ", ", o.eval_batches);
   check_device(o);
   model.to(o.device);
+  if (o.precision == Precision::kBf16Params) model.to(ag::DType::kBFloat16);  // before the optimizer sees it
   TrainResult result;
   result.parameters = 0;
   for (const ag::Tensor& p : model.parameters()) result.parameters += p.numel();
   result.unigram_loss = unigram_loss(corpus);
 
   ag::optim::AdamW opt = make_optimizer(model, o);
+  opt.set_master_weights(o.master_weights);  // before a resume, which restores its rounding state
   // Warmup at most a tenth of a short run.
   const int64_t warmup = std::min(o.warmup_steps, o.steps / 10);
   ag::optim::CosineWithWarmupLR schedule(opt, {.warmup_steps = warmup, .total_steps = o.steps, .min_lr_factor = 0.1});

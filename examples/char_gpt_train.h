@@ -28,14 +28,16 @@ struct Corpus {
 Corpus load_corpus(const std::string& path, int64_t block_size);
 
 /// kFloat16Amp: FP16 autocast with a GradScaler; kBFloat16Amp: BF16 autocast without one (BF16
-/// has FP32's exponent range, so its gradients need no loss scaling).
-enum class Precision { kFloat32, kFloat16Amp, kBFloat16Amp, kFp8 };  // kFp8: FP8 linears in BF16 autocast
+/// has FP32's exponent range, so its gradients need no loss scaling); kFp8: FP8 linears in BF16
+/// autocast; kBf16Params: the model stored in BF16, no scaler, its updates kept by FP32 masters or
+/// stochastic rounding (TrainOptions::master_weights).
+enum class Precision { kFloat32, kFloat16Amp, kBFloat16Amp, kFp8, kBf16Params };
 
 /// The autocast dtype of an AMP precision (float32 for kFloat32: no autocast).
 ag::DType autocast_dtype(Precision precision);
 /// Whether `precision` trains with a GradScaler (FP16 autocast only).
 bool uses_grad_scaler(Precision precision);
-/// "FP32", "FP16 AMP", "BF16 AMP".
+/// "FP32", "FP16 AMP", "BF16 AMP", "FP8 linears in BF16 AMP", "BF16 params".
 const char* precision_name(Precision precision);
 
 struct TrainOptions {
@@ -47,6 +49,8 @@ struct TrainOptions {
   int64_t warmup_steps = 100;
   double grad_clip = 1.0;
   Precision precision = Precision::kFloat32;
+  // How kBf16Params updates its BF16 parameters (the other precisions train FP32 parameters).
+  ag::optim::MasterWeights master_weights = ag::optim::MasterWeights::kFp32;
   ag::Device device = ag::Device::kCPU;  // where the model trains (batches are built on the CPU and moved)
   int64_t eval_every = 100;   // steps between validation losses (and at the last step)
   int64_t eval_batches = 8;   // fixed validation batches

@@ -1,5 +1,5 @@
 // The Fashion-MNIST classifier of examples/fashion_mnist trained data-parallel, one process per rank:
-//   mpirun -np 2 bazel-bin/examples/ddp_fashion_mnist [--amp[=fp16|bf16]] [--model=mlp|cnn] [--data DIR] [--epochs N]
+//   mpirun -np 2 bazel-bin/examples/ddp_fashion_mnist [--amp[=fp16|bf16|bf16-params]] [--master-weights=fp32|stochastic|none] [--model=mlp|cnn] [--data DIR] [--epochs N]
 //          [--batch-size N] [--lr X] [--train-samples N] [--seed N]
 // --batch-size is the global batch: each rank takes batch-size / ranks samples of its own shard
 // (DistributedSampler) per step, so the run follows the single-process one step for step.
@@ -19,10 +19,12 @@ namespace fm = ampgrad::fashion;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: mpirun -np N ddp_fashion_mnist [--amp[=fp16|bf16]] [--model=mlp|cnn] [--data DIR] [--epochs N] [--batch-size N]\n"
+    "usage: mpirun -np N ddp_fashion_mnist [--amp[=fp16|bf16|bf16-params]] [--master-weights=fp32|stochastic|none] [--model=mlp|cnn] [--data DIR] [--epochs N] [--batch-size N]\n"
     "                                      [--lr X] [--train-samples N] [--seed N]\n"
     "  --amp, --amp=fp16 FP16 autocast + GradScaler (default: FP32)\n"
     "  --amp=bf16        BF16 autocast, no GradScaler\n"
+    "  --amp=bf16-params the model stored in BF16, no GradScaler; --master-weights=stochastic rounds its\n"
+    "                    updates stochastically instead of keeping FP32 masters (=none: round to nearest)\n"
     "  --model=cnn       the CNN with batch norm (rank 0's running statistics broadcast each step)\n"
     "  --batch-size N    the global batch, split evenly over the ranks (default 128)\n"
     "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
@@ -74,7 +76,11 @@ int main(int argc, char** argv) {
     fm::Classifier classifier(is_cnn ? fm::make_cnn() : fm::make_mlp(), {.precision = precision,
                                                .batch_size = local_batch,
                                                .lr = args.lr,
-                                               .total_steps = steps_per_epoch * args.epochs});
+                                               .total_steps = steps_per_epoch * args.epochs,
+                                               .master_weights = args.master_weights});
+    // Stochastic rounding's bits must be the same on every rank, or the replicas drift apart:
+    // each rank drew its seed from its own generator, so give them one.
+    classifier.optimizer.set_rounding_seed(args.seed);
     dist::DistributedDataParallel ddp(classifier.model, world);
     if (rank == 0) {
       std::printf("Fashion-MNIST, %s %s on %d ranks, %s; global batch %lld (%lld per rank), %lld steps per epoch\n",

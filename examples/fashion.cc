@@ -79,6 +79,7 @@ DType autocast_dtype(Precision precision) {
     case Precision::kAmp: return DType::kFloat16;
     case Precision::kAmpBf16: return DType::kBFloat16;
     case Precision::kFp8: return DType::kBFloat16;
+    case Precision::kBf16Params: return DType::kBFloat16;
   }
   return DType::kFloat32;
 }
@@ -89,6 +90,16 @@ const char* precision_name(Precision precision) {
     case Precision::kAmp: return "AMP (FP16 autocast + GradScaler)";
     case Precision::kAmpBf16: return "AMP (BF16 autocast, no scaler)";
     case Precision::kFp8: return "FP8 linears (E4M3/E5M2, delayed scaling) in BF16 autocast, no scaler";
+    case Precision::kBf16Params: return "BF16 parameters, no scaler";
+  }
+  return "?";
+}
+
+const char* master_weights_name(optim::MasterWeights mode) {
+  switch (mode) {
+    case optim::MasterWeights::kFp32: return "FP32 masters";
+    case optim::MasterWeights::kStochasticRounding: return "stochastic rounding";
+    case optim::MasterWeights::kNone: return "no masters (round to nearest)";
   }
   return "?";
 }
@@ -102,13 +113,23 @@ amp::Float8Guard float8_for(Precision precision) {
   return amp::Float8Guard(Device::kCPU, {}, precision == Precision::kFp8);
 }
 
+namespace {
+// The model in the dtype `precision` stores its parameters in (before the optimizer sees them).
+nn::Sequential stored_for(nn::Sequential model, Precision precision) {
+  if (precision == Precision::kBf16Params) model.to(DType::kBFloat16);
+  return model;
+}
+}  // namespace
+
 Classifier::Classifier(nn::Sequential m, const TrainOptions& opts)
-    : model(std::move(m)),
+    : model(stored_for(std::move(m), opts.precision)),
       optimizer(model.parameters(), {.lr = opts.lr}),
       scaler({.enabled = opts.precision == Precision::kAmp}),
       // No warmup: Adam's bias correction already keeps the first steps small.
       schedule(optimizer, {.warmup_steps = 0, .total_steps = opts.total_steps, .min_lr_factor = opts.min_lr_factor}),
-      options(opts) {}
+      options(opts) {
+  optimizer.set_master_weights(opts.master_weights);
+}
 
 float Classifier::train_step(const Tensor& x, const Tensor& y) {
   optimizer.zero_grad();
@@ -202,8 +223,18 @@ bool parse_command_line(int argc, char** argv, CommandLine& out, OutputFlags out
       out.model = arg == "--model=cnn" ? Model::kCnn : Model::kMlp;
       continue;
     }
-    if (arg == "--amp" || arg == "--amp=fp16" || arg == "--amp=bf16" || arg == "--amp=fp8") {
-      out.precision = arg == "--amp=bf16" ? Precision::kAmpBf16 : arg == "--amp=fp8" ? Precision::kFp8 : Precision::kAmp;
+    if (arg == "--amp" || arg == "--amp=fp16" || arg == "--amp=bf16" || arg == "--amp=fp8" ||
+        arg == "--amp=bf16-params") {
+      out.precision = arg == "--amp=bf16"          ? Precision::kAmpBf16
+                      : arg == "--amp=fp8"         ? Precision::kFp8
+                      : arg == "--amp=bf16-params" ? Precision::kBf16Params
+                                                   : Precision::kAmp;
+      continue;
+    }
+    if (arg == "--master-weights=fp32" || arg == "--master-weights=stochastic" || arg == "--master-weights=none") {
+      out.master_weights = arg == "--master-weights=fp32"         ? optim::MasterWeights::kFp32
+                           : arg == "--master-weights=stochastic" ? optim::MasterWeights::kStochasticRounding
+                                                                  : optim::MasterWeights::kNone;
       continue;
     }
     if (const size_t eq = arg.find('='); eq != std::string::npos) {
@@ -230,6 +261,10 @@ bool parse_command_line(int argc, char** argv, CommandLine& out, OutputFlags out
       std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
       return false;
     }
+  }
+  if (out.master_weights != optim::MasterWeights::kFp32 && out.precision != Precision::kBf16Params) {
+    std::fprintf(stderr, "%s: --master-weights applies to 16-bit parameters: add --amp=bf16-params\n", argv[0]);
+    return false;
   }
   return true;
 }

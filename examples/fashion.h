@@ -66,8 +66,10 @@ nn::Sequential make_cnn(const CnnConfig& config = {});
 enum class Model : uint8_t { kMlp, kCnn };
 
 /// kAmp: FP16 autocast + GradScaler; kAmpBf16: BF16 autocast, no scaler (BF16's gradients do not
-/// underflow); kFp8: the same with the linears' GEMMs in FP8 (Float8Guard, delayed scaling).
-enum class Precision : uint8_t { kFp32, kAmp, kAmpBf16, kFp8 };
+/// underflow); kFp8: the same with the linears' GEMMs in FP8 (Float8Guard, delayed scaling);
+/// kBf16Params: the model stored in BF16 (BF16 autocast casts the FP32 images), no scaler, its
+/// updates kept by FP32 masters or stochastic rounding (TrainOptions::master_weights).
+enum class Precision : uint8_t { kFp32, kAmp, kAmpBf16, kFp8, kBf16Params };
 
 /// The autocast dtype of an AMP precision (float32 for kFp32: no autocast).
 DType autocast_dtype(Precision precision);
@@ -77,6 +79,8 @@ amp::AutocastGuard autocast_for(Precision precision);
 amp::Float8Guard float8_for(Precision precision);
 /// "FP32", "AMP (FP16 autocast + GradScaler)", "AMP (BF16 autocast, no scaler)", "FP8 ...".
 const char* precision_name(Precision precision);
+/// "FP32 masters", "stochastic rounding" or "no masters (round to nearest)".
+const char* master_weights_name(optim::MasterWeights mode);
 
 struct TrainOptions {
   Precision precision = Precision::kFp32;
@@ -84,6 +88,8 @@ struct TrainOptions {
   double lr = 1e-3;           // Adam's peak lr; a cosine schedule takes it to min_lr_factor * lr
   double min_lr_factor = 0.0;
   int64_t total_steps = 0;    // the schedule's length (> 0)
+  // How kBf16Params updates its BF16 parameters (other precisions train FP32 parameters).
+  optim::MasterWeights master_weights = optim::MasterWeights::kFp32;
 };
 
 /// The model with its Adam optimizer, cosine lr schedule and GradScaler (enabled for kAmp).
@@ -126,11 +132,14 @@ Dataset gather(const Dataset& data, const Tensor& indices);
 double train_epoch(Classifier& classifier, const Dataset& data,
                    const std::function<void(int64_t, float)>& on_step = nullptr);
 
-/// The command line of the Fashion-MNIST examples: --amp[=fp16|bf16|fp8], --model=mlp|cnn, --data DIR, --epochs N,
-/// --batch-size N, --lr X, --train-samples N, --seed N, and where `outputs` is set --plot DIR and
-/// --logdir DIR; each value as "--name VALUE" or "--name=VALUE" (--amp and --model only with "=").
+/// The command line of the Fashion-MNIST examples: --amp[=fp16|bf16|fp8|bf16-params],
+/// --master-weights=fp32|stochastic|none (with --amp=bf16-params), --model=mlp|cnn, --data DIR,
+/// --epochs N, --batch-size N, --lr X, --train-samples N, --seed N, and where `outputs` is set
+/// --plot DIR and --logdir DIR; each value as "--name VALUE" or "--name=VALUE" (--amp,
+/// --master-weights and --model only with "=").
 struct CommandLine {
   Precision precision = Precision::kFp32;
+  optim::MasterWeights master_weights = optim::MasterWeights::kFp32;
   Model model = Model::kMlp;
   std::string data = kDefaultDataDir;
   int64_t epochs = 5;

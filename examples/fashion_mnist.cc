@@ -1,9 +1,10 @@
 // Trains an MLP (or with --model=cnn a CNN with batch norm) classifier on Fashion-MNIST in FP32,
 // with FP16 autocast and a GradScaler (--amp),
-// with BF16 autocast and no scaler (--amp=bf16), or with FP8 linears in BF16 autocast (--amp=fp8);
+// with BF16 autocast and no scaler (--amp=bf16), with FP8 linears in BF16 autocast (--amp=fp8), or
+// with BF16 parameters (--amp=bf16-params) kept by FP32 masters or stochastic rounding;
 // prints the loss and test accuracy after each
 // epoch (progress and times on stderr).
-//   ./bazelw run //examples:fashion_mnist -- [--amp[=fp16|bf16|fp8]] [--model=mlp|cnn] [--data DIR] [--epochs N] [--train-samples N]
+//   ./bazelw run //examples:fashion_mnist -- [--amp[=fp16|bf16|fp8|bf16-params]] [--master-weights=fp32|stochastic|none] [--model=mlp|cnn] [--data DIR] [--epochs N] [--train-samples N]
 //       [--plot DIR] [--logdir DIR]
 #include <chrono>
 #include <cstdio>
@@ -22,11 +23,14 @@ namespace fm = ampgrad::fashion;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: fashion_mnist [--amp[=fp16|bf16|fp8]] [--model=mlp|cnn] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
+    "usage: fashion_mnist [--amp[=fp16|bf16|fp8|bf16-params]] [--master-weights=fp32|stochastic|none] [--model=mlp|cnn] [--data DIR] [--epochs N] [--batch-size N] [--lr X] [--train-samples N] "
     "[--seed N] [--plot DIR] [--logdir DIR]\n"
     "  --amp, --amp=fp16 FP16 autocast + GradScaler (default: FP32)\n"
     "  --amp=bf16        BF16 autocast, no GradScaler\n"
     "  --amp=fp8         BF16 autocast with the linears' GEMMs in FP8 (delayed scaling), no GradScaler\n"
+    "  --amp=bf16-params the model stored in BF16, no GradScaler; its updates kept by\n"
+    "  --master-weights=fp32 (FP32 masters, the default), =stochastic (stochastic rounding, no masters)\n"
+    "                    or =none (no masters, round to nearest: small updates are lost)\n"
     "  --model=cnn       a CNN (two conv-BN-ReLU-pool stages; default: --model=mlp, 784-512-256-10)\n"
     "  --data DIR        the folder of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
     "                    (default /usr/share/datasets/fashion-mnist: apt-get install dataset-fashion-mnist)\n"
@@ -60,13 +64,16 @@ int main(int argc, char** argv) {
     fm::Classifier classifier(is_cnn ? fm::make_cnn(cnn) : fm::make_mlp(mlp), {.precision = precision,
                                                .batch_size = args.batch_size,
                                                .lr = args.lr,
-                                               .total_steps = steps_per_epoch * args.epochs});
+                                               .total_steps = steps_per_epoch * args.epochs,
+                                               .master_weights = args.master_weights});
     int64_t parameters = 0;
     for (const ag::Tensor& p : classifier.model.parameters()) parameters += p.numel();
+    const std::string precision_text =
+        std::string(fm::precision_name(precision)) +
+        (precision == fm::Precision::kBf16Params ? std::string(", ") + fm::master_weights_name(args.master_weights) : "");
     std::printf("Fashion-MNIST, %s %s (%lld parameters), %s\n", is_cnn ? "CNN" : "MLP",
                 is_cnn ? fm::describe(cnn).c_str() : fm::describe(mlp).c_str(),
-                static_cast<long long>(parameters),
-                fm::precision_name(precision));
+                static_cast<long long>(parameters), precision_text.c_str());
     std::printf("Adam lr %g with a cosine decay, batch %lld, %lld epochs; %lld training and %lld test images\n",
                 args.lr, static_cast<long long>(args.batch_size), static_cast<long long>(args.epochs),
                 static_cast<long long>(train.size()), static_cast<long long>(test.size()));
@@ -127,11 +134,13 @@ int main(int argc, char** argv) {
     if (!args.plot.empty()) {
       for (const std::string& path : training_plots::write(curves, args.plot)) std::printf("wrote %s\n", path.c_str());
     }
-    std::printf("final test accuracy %.2f%% (%s, %lld epochs)\n", 100 * result.accuracy,
-                precision == fm::Precision::kFp32  ? "FP32"
-                : scaled                           ? "FP16 AMP"
-                : precision == fm::Precision::kFp8 ? "FP8"
-                                                   : "BF16 AMP",
+    const std::string short_name = precision == fm::Precision::kFp32  ? "FP32"
+                                   : scaled                           ? "FP16 AMP"
+                                   : precision == fm::Precision::kFp8 ? "FP8"
+                                   : precision == fm::Precision::kBf16Params
+                                       ? std::string("BF16 params, ") + fm::master_weights_name(args.master_weights)
+                                       : "BF16 AMP";
+    std::printf("final test accuracy %.2f%% (%s, %lld epochs)\n", 100 * result.accuracy, short_name.c_str(),
                 static_cast<long long>(args.epochs));
   } catch (const ag::Error& e) {
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());

@@ -22,6 +22,7 @@ std::string mode_name(Mode mode) {
     case Mode::kBf16NoScaling: return "bf16, no loss scaling";
     case Mode::kBf16ParamsNoMasters: return "bf16 params, no masters";
     case Mode::kBf16ParamsMasters: return "bf16 params, fp32 masters";
+    case Mode::kBf16ParamsStochastic: return "bf16 params, stochastic rounding";
     case Mode::kFp8NoScaling: return "fp8, no scaling";
     case Mode::kFp8CurrentScaling: return "fp8, current scaling";
     case Mode::kFp8DelayedScaling: return "fp8, delayed scaling";
@@ -37,7 +38,8 @@ Result train(Mode mode, const Config& config) {
   ag::nn::Sequential model{ag::nn::Linear(32, 64), ag::nn::ReLU(), ag::nn::Linear(64, 1)};
   teacher.to(dev);
   model.to(dev);
-  const bool bf16_params = mode == Mode::kBf16ParamsNoMasters || mode == Mode::kBf16ParamsMasters;
+  const bool bf16_params =
+      mode == Mode::kBf16ParamsNoMasters || mode == Mode::kBf16ParamsMasters || mode == Mode::kBf16ParamsStochastic;
   if (bf16_params) model.to(ag::DType::kBFloat16);  // before the optimizer, which makes the masters
   const ag::Tensor x = ag::randn({256, 32}).to(dev);
   ag::Tensor y;
@@ -48,6 +50,7 @@ Result train(Mode mode, const Config& config) {
 
   ag::optim::Adam opt(model.parameters(), {.lr = 1e-3});
   if (mode == Mode::kBf16ParamsNoMasters) opt.set_master_weights(ag::optim::MasterWeights::kNone);
+  if (mode == Mode::kBf16ParamsStochastic) opt.set_master_weights(ag::optim::MasterWeights::kStochasticRounding);
   const bool scaled = mode == Mode::kFp16StaticScale || mode == Mode::kFp16DynamicScale;
   const bool low = mode != Mode::kFp32;
   const bool fp8_mode = mode == Mode::kFp8NoScaling || mode == Mode::kFp8CurrentScaling || mode == Mode::kFp8DelayedScaling;
@@ -72,7 +75,7 @@ Result train(Mode mode, const Config& config) {
     std::vector<float> all;
     for (size_t i = 0; i < opt.parameters().size(); ++i) {
       const ag::Tensor& p = opt.parameters()[i];
-      const bool own = p.dtype() == ag::DType::kFloat32 || opt.master_weights() == ag::optim::MasterWeights::kNone;
+      const bool own = p.dtype() == ag::DType::kFloat32 || opt.master_weights() != ag::optim::MasterWeights::kFp32;
       const std::vector<float> values = (own ? p : opt.master_of(i)).to_vector();
       all.insert(all.end(), values.begin(), values.end());
     }
@@ -141,8 +144,8 @@ Result train(Mode mode, const Config& config) {
 
 std::vector<Mode> all_modes() {
   return {Mode::kFp32,          Mode::kFp16NoScaling,        Mode::kFp16StaticScale,   Mode::kFp16DynamicScale,
-          Mode::kBf16NoScaling, Mode::kBf16ParamsNoMasters, Mode::kBf16ParamsMasters, Mode::kFp8NoScaling,
-          Mode::kFp8CurrentScaling, Mode::kFp8DelayedScaling};
+          Mode::kBf16NoScaling, Mode::kBf16ParamsNoMasters, Mode::kBf16ParamsMasters, Mode::kBf16ParamsStochastic,
+          Mode::kFp8NoScaling,  Mode::kFp8CurrentScaling,  Mode::kFp8DelayedScaling};
 }
 
 std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>& runs, const std::string& dir) {
@@ -159,12 +162,13 @@ std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>&
                     .xlabel = "step",
                     .ylabel = "MSE (log scale)",
                     .log_y = true};
-  // gnuplot's default palette has eight colours; the FP8 rows get their own.
+  // gnuplot's default palette has eight colours; the last rows get their own.
   const auto color_of = [](Mode mode) -> std::string {
     switch (mode) {
       case Mode::kFp8NoScaling: return "#7f7f7f";
       case Mode::kFp8CurrentScaling: return "#c51b7d";
       case Mode::kFp8DelayedScaling: return "#8c510a";
+      case Mode::kBf16ParamsStochastic: return "#1b9e77";
       default: return "";
     }
   };

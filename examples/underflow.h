@@ -1,5 +1,5 @@
 // The loss-scaling experiment behind examples/underflow_demo (and its test): one model, data and
-// optimizer trained ten ways, on a task whose true gradients are tiny (1e-5 to 1e-8): FP16's
+// optimizer trained eleven ways, on a task whose true gradients are tiny (1e-5 to 1e-8): FP16's
 // failure (gradients underflow), BF16's (updates below its resolution are lost) and FP8's (both,
 // unless every tensor is scaled into its narrow range) side by side.
 #pragma once
@@ -21,6 +21,7 @@ enum class Mode {
   kBf16NoScaling,        // BF16 autocast over FP32 parameters, no scaler: the recommended recipe
   kBf16ParamsNoMasters,  // BF16 parameters updated in place (MasterWeights::kNone), no scaler
   kBf16ParamsMasters,    // BF16 parameters with FP32 masters, no scaler
+  kBf16ParamsStochastic,  // BF16 parameters without masters, rounded stochastically, no scaler
   // linear's GEMMs in FP8 (E4M3 forward, E5M2 gradients) inside BF16 autocast, no scaler:
   kFp8NoScaling,         // every tensor cast as it is (scale 1)
   kFp8CurrentScaling,    // each tensor scaled by its own amax, now

@@ -1,7 +1,8 @@
 // Why loss scaling matters for FP16 and master weights for BF16, made visible: the same training
 // run in FP32; in FP16 autocast without scaling, with a static scale and with the dynamic
-// GradScaler; in BF16 autocast without scaling; with BF16 parameters without and with masters; and
-// with linear's GEMMs in FP8 without scaling, with current scaling and with delayed scaling.
+// GradScaler; in BF16 autocast without scaling; with BF16 parameters without masters, with FP32
+// masters and rounded stochastically without masters; and with linear's GEMMs in FP8 without
+// scaling, with current scaling and with delayed scaling.
 //   underflow_demo [--plot DIR]   DIR: loss.png, scale.png, grad_exponents.png (needs gnuplot)
 #include <cstdio>
 #include <cstring>
@@ -35,11 +36,11 @@ int main(int argc, char** argv) {
   for (Mode mode : underflow::all_modes()) runs.emplace_back(mode, underflow::train(mode, config));
   std::printf("median |true gradient| at step 0: %.2e (FP16's smallest subnormal is 6.0e-08)\n\n",
               runs.front().second.median_abs_fp32_grad);
-  std::printf("%-26s %12s %12s %10s %8s %13s %13s\n", "mode", "final loss", "zero grads", "skipped", "growths",
+  std::printf("%-33s %12s %12s %10s %8s %13s %13s\n", "mode", "final loss", "zero grads", "skipped", "growths",
               "final scale", "lost updates");
   const underflow::Result* dynamic = nullptr;
   for (const auto& [mode, r] : runs) {
-    std::printf("%-26s %12.4e %11.1f%% %10lld %8lld %13.0f %12.1f%%\n", underflow::mode_name(mode).c_str(),
+    std::printf("%-33s %12.4e %11.1f%% %10lld %8lld %13.0f %12.1f%%\n", underflow::mode_name(mode).c_str(),
                 r.final_loss, 100.0 * r.zero_grad_fraction, static_cast<long long>(r.skipped_steps),
                 static_cast<long long>(r.scale_growths), r.final_scale, 100.0 * r.lost_update_fraction);
     if (mode == Mode::kFp16DynamicScale) dynamic = &r;

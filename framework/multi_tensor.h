@@ -37,6 +37,7 @@ struct Chunk {
   void* data[Lists];   ///< list l's tensor at the chunk's first element, or null where there is none
   DType dtype[Lists];  ///< list l's dtype (float32 where there is no tensor)
   int64_t n;           ///< elements in the chunk
+  int64_t start;       ///< its first element's index in the tensor (keys counter-based random bits)
   int32_t tensor;      ///< the tensor's position in the lists
 };
 
@@ -80,6 +81,7 @@ std::vector<Chunk<Lists>> make_chunks(const char* who, const TensorLists<Lists>&
     for (int64_t start = 0; start < n; start += per_chunk) {
       Chunk<Lists> c = base;
       c.n = std::min(per_chunk, n - start);
+      c.start = start;
       for (size_t l = 0; l < Lists; ++l) {
         if (c.data[l] != nullptr) c.data[l] = static_cast<char*>(c.data[l]) + start * element_size(c.dtype[l]);
       }

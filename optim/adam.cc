@@ -118,7 +118,8 @@ void Adam::update(const std::vector<ParamUpdate>& params) {
          .one_minus_beta2 = static_cast<float>(1.0 - o.beta2),
          .eps = static_cast<float>(o.eps),
          .l2 = decay_ == Decay::kL2 ? wd : 0.0f,
-         .decoupled = decay_ == Decay::kDecoupled ? static_cast<float>(1.0 - o.lr * o.weight_decay) : 1.0f});
+         .decoupled = decay_ == Decay::kDecoupled ? static_cast<float>(1.0 - o.lr * o.weight_decay) : 1.0f,
+         .rounding_key = u.rounding_key});
     lists[kernels::kAdamWeight].push_back(u.master);
     lists[kernels::kAdamGrad].push_back(u.grad);
     lists[kernels::kAdamExpAvg].push_back(s.exp_avg);

@@ -5,7 +5,9 @@
 #include <cmath>
 
 #include "framework/copy.h"
+#include "framework/counter_random.h"
 #include "framework/error.h"
+#include "framework/random.h"
 
 namespace ampgrad::optim {
 
@@ -47,13 +49,16 @@ void Optimizer::add_params(const std::vector<Tensor>& params) {
     params_.push_back(p);
     synced_storage_.emplace_back();
     synced_version_.push_back(0);
-    master_of(params_.size() - 1);  // makes the FP32 master of a lower-precision parameter
+    rounding_steps_.push_back(0);
+    // The FP32 master of a lower-precision parameter, where masters are kept.
+    if (master_weights_ == MasterWeights::kFp32) master_of(params_.size() - 1);
   }
 }
 
 void Optimizer::set_master_weights(MasterWeights mode) {
+  if (mode == MasterWeights::kStochasticRounding && master_weights_ != mode) rounding_seed_ = random::next_u64();
   master_weights_ = mode;
-  if (mode == MasterWeights::kNone) {
+  if (mode != MasterWeights::kFp32) {
     for (Tensor& p : params_) {
       if (p.dtype() != DType::kFloat32) p.set_master(Tensor());
     }
@@ -123,9 +128,9 @@ Tensor Optimizer::fp32_grad(size_t index) {
 }
 
 void Optimizer::step() {
-  // Every parameter with a gradient, one update pass per device. Without kept masters each
-  // 16-bit parameter with a gradient is its own pass, so the FP32 masters this step makes for
-  // them are dropped one at a time.
+  // Every parameter with a gradient, one update pass per device. Under kNone each 16-bit
+  // parameter with a gradient is its own pass, so the FP32 masters this step makes for them are
+  // dropped one at a time; stochastic rounding makes none.
   std::array<std::vector<ParamUpdate>, kNumDevices> passes;
   const auto run = [&](std::vector<ParamUpdate>& pass) {
     if (pass.empty()) return;
@@ -133,6 +138,11 @@ void Optimizer::step() {
     for (const ParamUpdate& u : pass) {
       Tensor& p = params_[u.index];
       p.bump_version();
+      if (u.master.is_same(p) && p.dtype() != DType::kFloat32) {  // rounded stochastically
+        p.set_master(Tensor());  // GradScaler's step-only master, if it made one
+        ++rounding_steps_[u.index];
+        continue;
+      }
       if (!u.rounded.defined()) continue;
       if (master_weights_ == MasterWeights::kNone) {
         p.set_master(Tensor());  // not kept: the next step starts from the rounded parameter
@@ -147,6 +157,15 @@ void Optimizer::step() {
   };
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
+    if (master_weights_ == MasterWeights::kStochasticRounding && p.dtype() != DType::kFloat32) {
+      // Updated in place: the pass widens the 16-bit weights and rounds them back stochastically.
+      Tensor grad = p.step_grad();  // GradScaler's unscaled FP32 one (on a step-only master), or p's own
+      if (!grad.defined()) continue;
+      const uint64_t key = counter_random_bits(counter_random_bits(rounding_seed_, i),
+                                               static_cast<uint64_t>(rounding_steps_[i]));
+      passes[device_index(p.device())].push_back({.index = i, .master = p, .grad = grad, .rounded = Tensor(), .rounding_key = key});
+      continue;
+    }
     Tensor master = master_of(i);  // remade first if stale; an unscaled gradient on it stays valid
     // The unscaled FP32 gradient, or the parameter's own: a 16-bit one is widened as the pass
     // reads it, so no FP32 copy is made.
@@ -166,6 +185,11 @@ std::vector<ParamState> Optimizer::state() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].dtype() != DType::kFloat32 && params_[i].master().defined()) {
       out[i].tensors["master"] = params_[i].master();
+    }
+    if (rounding_steps_[i] > 0 || (master_weights_ == MasterWeights::kStochasticRounding &&
+                                   params_[i].dtype() != DType::kFloat32)) {
+      out[i].counters["rounding_seed"] = static_cast<int64_t>(rounding_seed_);  // the bits, as int64
+      out[i].counters["rounding_step"] = rounding_steps_[i];
     }
     save_param_state(i, out[i]);
   }
@@ -188,9 +212,27 @@ Tensor Optimizer::loaded_tensor(size_t index, const ParamState& in, const std::s
 void Optimizer::load_state(const std::vector<ParamState>& state) {
   AG_CHECK(state.size() == params_.size(), name(), "::load_state: the state has ", state.size(),
            " parameters but this optimizer has ", params_.size(), "; hint: build the optimizer over the same model");
+  // Stochastic rounding's seed and counts, checked before anything changes.
+  std::optional<int64_t> seed;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& counters = state[i].counters;
+    const auto saved_seed = counters.find("rounding_seed"), step = counters.find("rounding_step");
+    AG_CHECK((saved_seed == counters.end()) == (step == counters.end()) &&
+                 (step == counters.end() || step->second >= 0),
+             name(), "::load_state: parameter ", i, " has a malformed stochastic rounding state");
+    if (saved_seed == counters.end()) continue;
+    AG_CHECK(!seed || *seed == saved_seed->second, name(), "::load_state: parameter ", i,
+             " has another stochastic rounding seed than the parameters before it");
+    seed = saved_seed->second;
+  }
+  if (seed) rounding_seed_ = static_cast<uint64_t>(*seed);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto step = state[i].counters.find("rounding_step");
+    rounding_steps_[i] = step == state[i].counters.end() ? 0 : step->second;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
-    if (p.dtype() != DType::kFloat32 && state[i].tensors.count("master")) {
+    if (p.dtype() != DType::kFloat32 && master_weights_ == MasterWeights::kFp32 && state[i].tensors.count("master")) {
       p.set_master(loaded_tensor(i, state[i], "master"));
       mark_in_sync(i);  // keep the exact FP32 master: p holds its rounding
     }

@@ -38,11 +38,20 @@ struct ParamGroup {
   std::optional<Options> options = std::nullopt;  ///< its options; none: the optimizer's defaults
 };
 
-/// Whether lower-precision parameters keep FP32 master weights between steps. kNone is there to
-/// show why they matter (examples/underflow_demo): no master is kept, every step starts from the
-/// rounded parameter (the update itself is still computed in FP32, from FP32 optimizer state), so
-/// an update below half the parameter's spacing (2^-9 just below 1 in bfloat16) is lost.
-enum class MasterWeights : bool { kFp32, kNone };
+/// How lower-precision (16-bit) parameters are updated. The update itself is always computed in
+/// FP32 from FP32 optimizer state; the modes differ in what the new weight is rounded from and how.
+/// - kFp32 (the default): an FP32 master copy is kept between steps and updated; the parameter
+///   holds its rounding to nearest. 4 extra bytes per parameter.
+/// - kNone: no master; every step starts from the rounded parameter and rounds to nearest, so an
+///   update below half the parameter's spacing (2^-9 just below 1 in bfloat16) is lost. There to
+///   show why masters matter (examples/underflow_demo).
+/// - kStochasticRounding: no master; the parameter is updated in FP32 and rounded stochastically
+///   (up with probability equal to the distance from the value below over the spacing), so small
+///   updates are kept on average. Its random bits are counter-based, keyed by the optimizer's
+///   rounding seed, the parameter's index, its update count and the element's index, so a run is
+///   reproducible, identical on CPU and CUDA, and identical across data-parallel replicas that
+///   share the seed; the seed and the counts are saved in checkpoints.
+enum class MasterWeights : uint8_t { kFp32, kNone, kStochasticRounding };
 
 /// An optimizer over parameter groups with FP32 master weights for 16-bit parameters: step() updates
 /// each parameter's master from its FP32 gradient and writes the rounded value back into the parameter.
@@ -78,15 +87,22 @@ class Optimizer {
   /// Sets the learning rate of group `group` (finite, >= 0).
   void set_lr(size_t group, double lr);
 
-  /// kFp32 (the default) or kNone: see MasterWeights; kNone drops the masters kept so far.
-  /// Float32 parameters are their own masters either way.
+  /// See MasterWeights. kNone and kStochasticRounding drop the masters kept so far; switching to
+  /// kStochasticRounding draws a rounding seed from the global generator (manual_seed). Float32
+  /// parameters are their own masters in every mode.
   void set_master_weights(MasterWeights mode);
-  /// Whether 16-bit parameters keep FP32 masters (see set_master_weights).
+  /// How 16-bit parameters are updated (see set_master_weights).
   MasterWeights master_weights() const { return master_weights_; }
+  /// The key of stochastic rounding's random bits (see MasterWeights::kStochasticRounding).
+  uint64_t rounding_seed() const { return rounding_seed_; }
+  /// Sets it: give every data-parallel rank the same seed (each may have drawn its own, seeded
+  /// per rank), so that the replicas round alike and stay identical.
+  void set_rounding_seed(uint64_t seed) { rounding_seed_ = seed; }
   /// The FP32 tensor the update writes: the parameter itself if float32, else its master copy,
   /// first remade from the parameter if the parameter changed outside the optimizer (a
-  /// model.to(), a checkpoint load or a manual write), so the master is never stale; with
-  /// MasterWeights::kNone, made from the parameter for this step only.
+  /// model.to(), a checkpoint load or a manual write), so the master is never stale; without kept
+  /// masters (kNone, kStochasticRounding), made from the parameter for this step only (GradScaler
+  /// keeps the unscaled gradient on it).
   Tensor master_of(size_t index);
   /// The next step's gradient of parameter `index` in FP32 (undefined if none):
   /// Tensor::step_grad(), converted to FP32 when the parameter is lower precision. A copy made
@@ -132,9 +148,11 @@ class Optimizer {
     Tensor master;     ///< the FP32 tensor the update writes (the parameter itself if float32)
     Tensor grad;       ///< its gradient: the unscaled FP32 one, or a 16-bit parameter's own
     Tensor rounded;    ///< the 16-bit parameter to write rounded from the new master (undefined if none)
+    uint64_t rounding_key = 0;  ///< 16-bit `master` (stochastic rounding): the key of its random bits
   };
   /// The update rule over every parameter of a step that has a gradient, all on one device: each
-  /// master (FP32) -= f(grad, state), writing the rounded parameter in the same pass, as ONE
+  /// master (FP32, or a 16-bit parameter rounded stochastically with rounding_key) -= f(grad,
+  /// state), writing the rounded parameter in the same pass, as ONE
   /// multi-tensor pass (see optim/update_kernels.h). step() calls it once per device (and once
   /// per 16-bit parameter under MasterWeights::kNone). Changes no state if the pass throws.
   virtual void update(const std::vector<ParamUpdate>& params) = 0;
@@ -155,6 +173,8 @@ class Optimizer {
   std::vector<size_t> group_begin_;  // index in params_ of each group's first parameter
   int64_t steps_taken_ = 0;
   MasterWeights master_weights_ = MasterWeights::kFp32;
+  uint64_t rounding_seed_ = 0;
+  std::vector<int64_t> rounding_steps_;  // stochastically rounded updates of each parameter so far
   // What each parameter looked like when its master was last in sync with it: an alias of its
   // storage (held, so the address cannot be reused) and that storage's version.
   std::vector<Tensor> synced_storage_;

@@ -78,7 +78,8 @@ void SGD::update(const std::vector<ParamUpdate>& params) {
                        .momentum = static_cast<float>(o.momentum),
                        .one_minus_dampening = static_cast<float>(1.0 - o.dampening),
                        .nesterov = o.nesterov,
-                       .first_step = first});
+                       .first_step = first,
+                       .rounding_key = u.rounding_key});
   }
   kernels::sgd_update(params.front().master.device(), lists, scalars);
   for (auto& [index, buffer] : made) buffers_[index] = buffer;

@@ -1,12 +1,17 @@
 // Optimizer updates on the CPU: the pool takes the chunks of every parameter one at a time; each
 // chunk reads a 16-bit gradient widened a block at a time and rounds its part of the new master
-// into the lower-precision parameter while it is still in cache.
+// into the lower-precision parameter while it is still in cache (or, without a master, rounds the
+// widened 16-bit weights back stochastically, a block at a time).
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <type_traits>
 
+#include "framework/counter_random.h"
 #include "framework/dtype.h"
 #include "framework/error.h"
 #include "framework/multi_tensor.h"
+#include "framework/stochastic_rounding.h"
 #include "optim/update_kernels.h"
 
 namespace ampgrad::optim::kernels::cpu {
@@ -16,24 +21,57 @@ namespace {
 using multi_tensor::Chunk;
 using multi_tensor::chunk_data;
 
-// Calls body(start, len, g) over the chunk, g the gradient (list `list`) of elements
-// [start, start + len) as floats: in place when float32, else widened a block at a time (exact).
-template <size_t Lists, typename Body>
-void with_float_grad(const Chunk<Lists>& c, size_t list, Body&& body) {
-  if (c.dtype[list] == DType::kFloat32) return body(int64_t{0}, c.n, chunk_data<const float>(c, list));
-  visit_floating_dtype(c.dtype[list], [&](auto t) {
+// n elements of a 16-bit tensor at `data` (dtype), from element `first`, widened into dst (exact).
+void widen_block(DType dtype, const void* data, int64_t first, float* dst, int64_t n) {
+  visit_floating_dtype(dtype, [&](auto t) {
     using T = decltype(t);
-    if constexpr (kIsLowPrecision<T>) {
-      constexpr int64_t kBlock = 2048;
-      float wide[kBlock];
-      const T* g = chunk_data<const T>(c, list);
-      for (int64_t start = 0; start < c.n; start += kBlock) {
-        const int64_t len = std::min(kBlock, c.n - start);
-        widen(g + start, wide, static_cast<size_t>(len));
-        body(start, len, static_cast<const float*>(wide));
-      }
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      widen(static_cast<const T*>(data) + first, dst, static_cast<size_t>(n));
     }
   });
+}
+
+// src[0, n) rounded stochastically into the 16-bit tensor at `data` from element `first`; the
+// random bits of element i are keyed by `key` and i's index in the tensor, `index0` + i.
+void round_block_stochastically(const float* src, DType dtype, void* data, int64_t first, int64_t n, uint64_t key,
+                                int64_t index0) {
+  const auto bits_of = [](float v) { return std::bit_cast<uint32_t>(v); };
+  if (dtype == DType::kBFloat16) {
+    BFloat16* dst = static_cast<BFloat16*>(data) + first;
+    for (int64_t i = 0; i < n; ++i) {
+      dst[i].bits = stochastic::bfloat16_bits(bits_of(src[i]), counter_random_bits(key, static_cast<uint64_t>(index0 + i)));
+    }
+  } else {
+    AG_CHECK(dtype == DType::kFloat16, "stochastic rounding: ", dtype_name(dtype), " weights (16-bit only)");
+    Half* dst = static_cast<Half*>(data) + first;
+    for (int64_t i = 0; i < n; ++i) {
+      dst[i].bits = stochastic::float16_bits(bits_of(src[i]), counter_random_bits(key, static_cast<uint64_t>(index0 + i)));
+    }
+  }
+}
+
+// Calls body(start, len, w, g) over the chunk in blocks, w the weights (list `weight`) and g the
+// gradient (list `grad`) of elements [start, start + len) as floats. Float32 lists are used in
+// place. A 16-bit gradient is widened a block at a time (exact); 16-bit weights are widened too,
+// and rounded back stochastically after the body, keyed by `key`.
+template <size_t Lists, typename Body>
+void with_float_blocks(const Chunk<Lists>& c, size_t weight, size_t grad, uint64_t key, Body&& body) {
+  const bool float_weights = c.dtype[weight] == DType::kFloat32, float_grad = c.dtype[grad] == DType::kFloat32;
+  if (float_weights && float_grad) {
+    return body(int64_t{0}, c.n, chunk_data<float>(c, weight), chunk_data<const float>(c, grad));
+  }
+  constexpr int64_t kBlock = 2048;
+  float wide_weights[kBlock], wide_grad[kBlock];
+  for (int64_t start = 0; start < c.n; start += kBlock) {
+    const int64_t len = std::min(kBlock, c.n - start);
+    if (!float_grad) widen_block(c.dtype[grad], c.data[grad], start, wide_grad, len);
+    if (!float_weights) widen_block(c.dtype[weight], c.data[weight], start, wide_weights, len);
+    float* w = float_weights ? chunk_data<float>(c, weight) + start : wide_weights;
+    body(start, len, w, float_grad ? chunk_data<const float>(c, grad) + start : static_cast<const float*>(wide_grad));
+    if (!float_weights) {
+      round_block_stochastically(wide_weights, c.dtype[weight], c.data[weight], start, len, key, c.start + start);
+    }
+  }
 }
 
 // The chunk's rounded copy (list `list`, if the parameter has one) = round(w) in its dtype
@@ -79,28 +117,26 @@ void adam_elements(int64_t n, const float* __restrict g, float* __restrict w, fl
 
 void sgd_update(const std::vector<Chunk<kSgdLists>>& chunks, const std::vector<SgdScalars>& scalars) {
   multi_tensor::apply_cpu(chunks, scalars, [](const Chunk<kSgdLists>& c, const SgdScalars& s) {
-    float* const weights = chunk_data<float>(c, kSgdWeight);
     float* const buffer = chunk_data<float>(c, kSgdMomentum);
-    with_float_grad(c, kSgdGrad, [&](int64_t start, int64_t n, const float* g) {
+    with_float_blocks(c, kSgdWeight, kSgdGrad, s.rounding_key, [&](int64_t start, int64_t n, float* w, const float* g) {
       if (buffer == nullptr) {
-        sgd_elements(n, g, weights + start, s);
+        sgd_elements(n, g, w, s);
       } else {
-        sgd_momentum_elements(n, g, weights + start, buffer + start, s);
+        sgd_momentum_elements(n, g, w, buffer + start, s);
       }
     });
-    write_rounded(weights, c, kSgdRounded);
+    write_rounded(chunk_data<float>(c, kSgdWeight), c, kSgdRounded);
   });
 }
 
 void adam_update(const std::vector<Chunk<kAdamLists>>& chunks, const std::vector<AdamScalars>& scalars) {
   multi_tensor::apply_cpu(chunks, scalars, [](const Chunk<kAdamLists>& c, const AdamScalars& s) {
-    float* const weights = chunk_data<float>(c, kAdamWeight);
     float* const exp_avg = chunk_data<float>(c, kAdamExpAvg);
     float* const exp_avg_sq = chunk_data<float>(c, kAdamExpAvgSq);
-    with_float_grad(c, kAdamGrad, [&](int64_t start, int64_t n, const float* g) {
-      adam_elements(n, g, weights + start, exp_avg + start, exp_avg_sq + start, s);
+    with_float_blocks(c, kAdamWeight, kAdamGrad, s.rounding_key, [&](int64_t start, int64_t n, float* w, const float* g) {
+      adam_elements(n, g, w, exp_avg + start, exp_avg_sq + start, s);
     });
-    write_rounded(weights, c, kAdamRounded);
+    write_rounded(chunk_data<float>(c, kAdamWeight), c, kAdamRounded);
   });
 }
 

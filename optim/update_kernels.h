@@ -4,6 +4,9 @@
 // math in float, as PyTorch does for float32 parameters; a 16-bit gradient is widened as it is
 // read (exactly), so no FP32 copy of it is made. Scalars come per tensor, so parameters of
 // different groups (learning rates) and step counts (Adam's bias corrections) share the pass.
+// A 16-bit weights tensor (MasterWeights::kStochasticRounding: no master) is widened as it is
+// read, updated in float and rounded back stochastically (framework/stochastic_rounding.h), its
+// random bits keyed by the scalars' rounding_key and each element's index in the tensor.
 #pragma once
 
 #include <array>
@@ -19,7 +22,7 @@ namespace ampgrad::optim::kernels {
 
 /// The lists of an SGD pass; tensor k of each belongs to parameter k.
 enum SgdList : int {
-  kSgdWeight,    ///< its FP32 weights (the master)
+  kSgdWeight,    ///< its weights: the FP32 master, or a 16-bit parameter rounded stochastically
   kSgdGrad,      ///< its gradient: float32, or the 16-bit parameter's own (widened exactly as it is read)
   kSgdMomentum,  ///< its momentum buffer (undefined: no momentum)
   kSgdRounded,   ///< the 16-bit parameter to write rounded (undefined: a float32 parameter is its own master)
@@ -36,6 +39,7 @@ struct SgdScalars {
   float one_minus_dampening = 1;  ///< 1 - dampening in double, then rounded (as PyTorch)
   bool nesterov = false;    ///< Nesterov momentum
   bool first_step = false;  ///< the momentum buffer is set to d, not blended
+  uint64_t rounding_key = 0;  ///< 16-bit weights: the key of their stochastic rounding's random bits
 };
 
 // Per element: d = g + wd w; with momentum, buf = first_step ? d : momentum buf +
@@ -49,7 +53,7 @@ void sgd_update(const std::vector<multi_tensor::Chunk<kSgdLists>>& chunks, const
 
 /// The lists of an Adam or AdamW pass; tensor k of each belongs to parameter k.
 enum AdamList : int {
-  kAdamWeight,    ///< its FP32 weights (the master)
+  kAdamWeight,    ///< its weights, as kSgdWeight
   kAdamGrad,      ///< its gradient: float32 or 16-bit, as kSgdGrad
   kAdamExpAvg,    ///< m, FP32
   kAdamExpAvgSq,  ///< v, FP32
@@ -72,6 +76,7 @@ struct AdamScalars {
   float eps = 1e-8f;               ///< added to the denominator
   float l2 = 0;         ///< Adam: g += l2 * w
   float decoupled = 1;  ///< AdamW: w *= 1 - lr * wd
+  uint64_t rounding_key = 0;  ///< 16-bit weights: the key of their stochastic rounding's random bits
 };
 
 // Per element: g' = g + l2 w; w *= decoupled; m = b1 m + one_minus_beta1 g';
@@ -86,8 +91,8 @@ void adam_update(const std::vector<multi_tensor::Chunk<kAdamLists>>& chunks, con
 namespace detail {
 // The checks of an update pass, before it writes anything: `names` name the lists; the first
 // `required` lists have a tensor for every parameter; every tensor has list 0's element count and
-// device; masters and state are float32, gradients float32 or 16-bit (read widened, exactly), the
-// rounded copies (the last list) 16-bit.
+// device; state is float32, gradients float32 or 16-bit (read widened, exactly), the rounded
+// copies (the last list) 16-bit, the weights float32, or 16-bit where there is no rounded copy.
 template <size_t Lists>
 void check_update_lists(const char* who, const multi_tensor::TensorLists<Lists>& lists,
                         const std::array<const char*, Lists>& names, size_t required, size_t scalars) {
@@ -95,16 +100,22 @@ void check_update_lists(const char* who, const multi_tensor::TensorLists<Lists>&
   for (size_t l = 0; l < Lists; ++l) {
     AG_CHECK(lists[l].size() == lists[0].size(), who, ": ", lists[l].size(), " ", names[l], " for ",
              lists[0].size(), " parameters");
+  }
+  for (size_t l = 0; l < Lists; ++l) {
     for (size_t k = 0; k < lists[l].size(); ++k) {
       const Tensor& t = lists[l][k];
       AG_CHECK(t.defined() || l >= required, who, ": parameter ", k, " of the pass has no ", names[l]);
       if (!t.defined()) continue;
-      const bool ok_dtype = l == 1           ? t.dtype() == DType::kFloat32 || is_low_precision(t.dtype())
-                            : l == Lists - 1 ? is_low_precision(t.dtype())
+      const bool sixteen_bit = is_low_precision(t.dtype()) && element_size(t.dtype()) == 2;
+      const bool ok_dtype = l == 1           ? t.dtype() == DType::kFloat32 || sixteen_bit
+                            : l == Lists - 1 ? sixteen_bit
+                            : l == 0         ? t.dtype() == DType::kFloat32 || (sixteen_bit && !lists[Lists - 1][k].defined())
                                              : t.dtype() == DType::kFloat32;
       AG_CHECK(ok_dtype, who, ": the ", names[l], " of parameter ", k, " of the pass is ", t.to_string(), "; hint: ",
                l == Lists - 1 ? "the rounded copy is a 16-bit parameter"
-                              : "masters and state are float32, gradients float32 or 16-bit");
+               : l == 0       ? "weights are an FP32 master, or a 16-bit parameter (rounded stochastically) without "
+                                "a rounded copy"
+                              : "state is float32, gradients float32 or 16-bit");
       const Tensor& master = lists[0][k];
       AG_CHECK(t.numel() == master.numel() && t.device() == master.device(), who, ": the ", names[l],
                " of parameter ", k, " of the pass is ", t.to_string(), " but its ", names[0], " is ",

@@ -34,6 +34,8 @@ refuses "--batch-size must be a whole number >= 1, got '-8'" "$fashion_mnist" --
 refuses "--train-samples must be a whole number >= 1, got '0'" "$fashion_mnist" --train-samples 0
 refuses "--seed must be a whole number >= 0, got '-1'" "$fashion_mnist" --seed -1
 refuses "--lr must be a finite number > 0, got 'nan'" "$fashion_mnist" --lr nan
+refuses "--master-weights applies to 16-bit parameters: add --amp=bf16-params" "$fashion_mnist" --master-weights=stochastic
+refuses "--master-weights applies to 16-bit parameters: add --amp=bf16-params" "$char_gpt" --amp=bf16 --master-weights=none
 refuses "--epochs must be a whole number >= 1, got '0'" "$ddp_mlp" --epochs=0
 refuses "--accumulate must be a whole number >= 1, got '0'" "$ddp_mlp" --accumulate=0
 refuses "--batch-size must be a whole number >= 1, got '0'" "$ddp_fashion_mnist" --batch-size 0

@@ -38,13 +38,17 @@ struct TrainingRun {
 };
 
 // Three epochs over the first kTrainSamples training images, batch 64, the example's MLP or CNN.
-TrainingRun train(fm::Precision precision, fm::Model model = fm::Model::kMlp) {
+TrainingRun train(fm::Precision precision, fm::Model model = fm::Model::kMlp,
+                  optim::MasterWeights master_weights = optim::MasterWeights::kFp32) {
   manual_seed(0);
   const fm::Dataset train = fm::load_dataset(fm::kDefaultDataDir, data::MnistSplit::kTrain, kTrainSamples);
   const fm::Dataset test = fm::load_dataset(fm::kDefaultDataDir, data::MnistSplit::kTest, kTestSamples);
   constexpr int64_t kEpochs = 3, kBatch = 64;
   fm::Classifier classifier(model == fm::Model::kCnn ? fm::make_cnn() : fm::make_mlp(),
-                            {.precision = precision, .batch_size = kBatch, .total_steps = kEpochs * kTrainSamples / kBatch});
+                            {.precision = precision,
+                             .batch_size = kBatch,
+                             .total_steps = kEpochs * kTrainSamples / kBatch,
+                             .master_weights = master_weights});
   TrainingRun run;
   for (int64_t epoch = 1; epoch <= kEpochs; ++epoch) {
     run.last_epoch_loss = fm::train_epoch(classifier, train, [&](int64_t step, float loss) {
@@ -109,6 +113,20 @@ TEST(FashionTraining, Fp8LossFallsLikeFp32) {
   const TrainingRun fp32 = train(fm::Precision::kFp32);
   EXPECT_NEAR(fp8.last_epoch_loss, fp32.last_epoch_loss, 0.15 * fp32.last_epoch_loss);
   EXPECT_NEAR(fp8.test.accuracy, fp32.test.accuracy, 0.04);
+}
+
+// BF16 parameters: with FP32 masters, and without them by stochastic rounding, the run tracks
+// FP32 as BF16 autocast does; no master is kept in the second.
+TEST(FashionTraining, Bf16ParametersWithMastersOrStochasticRoundingFallLikeFp32) {
+  SKIP_WITHOUT_DATA();
+  const TrainingRun fp32 = train(fm::Precision::kFp32);
+  for (const optim::MasterWeights mode : {optim::MasterWeights::kFp32, optim::MasterWeights::kStochasticRounding}) {
+    const TrainingRun bf16 = train(fm::Precision::kBf16Params, fm::Model::kMlp, mode);
+    expect_learned(bf16);
+    EXPECT_EQ(bf16.skipped, 0);
+    EXPECT_NEAR(bf16.last_epoch_loss, fp32.last_epoch_loss, 0.1 * fp32.last_epoch_loss) << fm::master_weights_name(mode);
+    EXPECT_NEAR(bf16.test.accuracy, fp32.test.accuracy, 0.04) << fm::master_weights_name(mode);
+  }
 }
 
 // The CNN (conv-BN-ReLU-pool twice): it learns faster than the MLP on the same images, and BF16

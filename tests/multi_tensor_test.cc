@@ -80,8 +80,11 @@ TEST(MultiTensor, BadListsAreRefusedNamingThePass) {
     return [lists, scalars] { k::adam_update(ag::Device::kCPU, lists, std::vector<k::AdamScalars>(scalars)); };
   };
   EXPECT_TRUE(agt::throws_error(adam({w, w, {Tensor()}, w, rounded}, 1), {"Adam update", "parameter 0", "no exp_avg"}));
+  // 16-bit weights are updated in place (stochastic rounding): never beside a rounded copy.
   EXPECT_TRUE(agt::throws_error(adam({rounded, w, w, w, rounded}, 1),
-                                {"Adam update", "weights", "float16", "masters and state are float32"}));
+                                {"Adam update", "weights", "float16", "without a rounded copy"}));
+  EXPECT_TRUE(agt::throws_error(adam({w, w, rounded, w, rounded}, 1),
+                                {"Adam update", "exp_avg", "float16", "state is float32"}));
   EXPECT_TRUE(agt::throws_error(adam({w, w, w, w, w}, 1), {"Adam update", "rounded copy", "float32", "16-bit"}));
   EXPECT_TRUE(agt::throws_error(adam({w, w, w, {a[1]}, rounded}, 1), {"Adam update", "exp_avg_sq", "[5]", "[4]"}));
   EXPECT_TRUE(agt::throws_error(adam({w, w, w, w, rounded}, 2), {"Adam update", "1 parameters but 2"}));

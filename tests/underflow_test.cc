@@ -100,7 +100,8 @@ TEST(UnderflowDemo, Bf16NeedsNoScalingButNeedsMasters) {
   const underflow::Result autocast = underflow::train(Mode::kBf16NoScaling);
   const underflow::Result no_masters = underflow::train(Mode::kBf16ParamsNoMasters);
   const underflow::Result masters = underflow::train(Mode::kBf16ParamsMasters);
-  for (const underflow::Result& r : {autocast, no_masters, masters}) {
+  const underflow::Result stochastic = underflow::train(Mode::kBf16ParamsStochastic);
+  for (const underflow::Result& r : {autocast, no_masters, masters, stochastic}) {
     // FP32's exponent range: the same tiny gradients that flush in FP16 survive, unscaled.
     EXPECT_LT(r.zero_grad_fraction, 0.01);
     EXPECT_EQ(r.skipped_steps, 0);
@@ -116,6 +117,11 @@ TEST(UnderflowDemo, Bf16NeedsNoScalingButNeedsMasters) {
   // the run stalls far above the others.
   EXPECT_GT(no_masters.lost_update_fraction, 0.5);
   EXPECT_GT(no_masters.final_loss, 20.0 * masters.final_loss);
+  // Stochastic rounding leaves as many weights' bits unchanged per step, but keeps the updates on
+  // average: without masters it ends near the masters' loss, not the stalled one.
+  EXPECT_GT(stochastic.lost_update_fraction, 0.5);
+  EXPECT_LT(stochastic.final_loss, 2.0 * masters.final_loss);
+  EXPECT_LT(stochastic.final_loss, 0.05 * no_masters.final_loss);
 }
 
 TEST(UnderflowDemo, Fp8NeedsEveryTensorScaled) {
