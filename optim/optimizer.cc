@@ -56,7 +56,7 @@ void Optimizer::add_params(const std::vector<Tensor>& params) {
 }
 
 void Optimizer::set_master_weights(MasterWeights mode) {
-  if (mode == MasterWeights::kStochasticRounding && master_weights_ != mode) rounding_seed_ = random::next_u64();
+  if (mode == MasterWeights::kStochasticRounding && !rounding_seed_given_) set_rounding_seed(random::next_u64());
   master_weights_ = mode;
   if (mode != MasterWeights::kFp32) {
     for (Tensor& p : params_) {
@@ -225,10 +225,12 @@ void Optimizer::load_state(const std::vector<ParamState>& state) {
              " has another stochastic rounding seed than the parameters before it");
     seed = saved_seed->second;
   }
-  if (seed) rounding_seed_ = static_cast<uint64_t>(*seed);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto step = state[i].counters.find("rounding_step");
-    rounding_steps_[i] = step == state[i].counters.end() ? 0 : step->second;
+  if (seed) {  // else (a state saved without stochastic rounding) the counts go on from where they are
+    set_rounding_seed(static_cast<uint64_t>(*seed));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto step = state[i].counters.find("rounding_step");
+      rounding_steps_[i] = step == state[i].counters.end() ? 0 : step->second;
+    }
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];

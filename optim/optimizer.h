@@ -15,7 +15,8 @@
 namespace ampgrad::optim {
 
 /// One parameter's optimizer state, by name: FP32 tensors ("master", "momentum_buffer",
-/// "exp_avg", ...) and integer counters ("step").
+/// "exp_avg", ...) and integer counters ("step"; under stochastic rounding "rounding_seed" and
+/// "rounding_step").
 struct ParamState {
   std::map<std::string, Tensor> tensors;  ///< FP32 state tensors by name ("master", "exp_avg", ...)
   std::map<std::string, int64_t> counters;  ///< integer state by name ("step")
@@ -49,12 +50,14 @@ struct ParamGroup {
 ///   (up with probability equal to the distance from the value below over the spacing), so small
 ///   updates are kept on average. Its random bits are counter-based, keyed by the optimizer's
 ///   rounding seed, the parameter's index, its update count and the element's index, so a run is
-///   reproducible, identical on CPU and CUDA, and identical across data-parallel replicas that
-///   share the seed; the seed and the counts are saved in checkpoints.
+///   reproducible, CPU and CUDA draw the same bits, and data-parallel replicas that share the seed
+///   stay identical; the seed and the counts are saved in checkpoints. With a GradScaler (FP16
+///   parameters) the unscaled FP32 gradients still ride on step-only FP32 copies (master_of).
 enum class MasterWeights : uint8_t { kFp32, kNone, kStochasticRounding };
 
-/// An optimizer over parameter groups with FP32 master weights for 16-bit parameters: step() updates
-/// each parameter's master from its FP32 gradient and writes the rounded value back into the parameter.
+/// An optimizer over parameter groups with FP32 master weights for 16-bit parameters (or, per
+/// MasterWeights, without them): step() updates each parameter's master from its FP32 gradient and
+/// writes the rounded value back into the parameter.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -87,8 +90,9 @@ class Optimizer {
   /// Sets the learning rate of group `group` (finite, >= 0).
   void set_lr(size_t group, double lr);
 
-  /// See MasterWeights. kNone and kStochasticRounding drop the masters kept so far; switching to
-  /// kStochasticRounding draws a rounding seed from the global generator (manual_seed). Float32
+  /// See MasterWeights. kNone and kStochasticRounding drop the masters kept so far (the
+  /// constructor makes them: switch right after it). Switching to kStochasticRounding draws a
+  /// rounding seed from the global generator (manual_seed) unless one was set or loaded. Float32
   /// parameters are their own masters in every mode.
   void set_master_weights(MasterWeights mode);
   /// How 16-bit parameters are updated (see set_master_weights).
@@ -97,7 +101,10 @@ class Optimizer {
   uint64_t rounding_seed() const { return rounding_seed_; }
   /// Sets it: give every data-parallel rank the same seed (each may have drawn its own, seeded
   /// per rank), so that the replicas round alike and stay identical.
-  void set_rounding_seed(uint64_t seed) { rounding_seed_ = seed; }
+  void set_rounding_seed(uint64_t seed) {
+    rounding_seed_ = seed;
+    rounding_seed_given_ = true;
+  }
   /// The FP32 tensor the update writes: the parameter itself if float32, else its master copy,
   /// first remade from the parameter if the parameter changed outside the optimizer (a
   /// model.to(), a checkpoint load or a manual write), so the master is never stale; without kept
@@ -113,7 +120,8 @@ class Optimizer {
   std::vector<ParamState> state() const;
   /// Restores a state() taken from an optimizer of the same kind over parameters of the same
   /// shapes. Load the parameters' values first: the masters loaded here are then kept as they
-  /// are (bit-exact), not remade from the rounded parameters.
+  /// are (bit-exact), not remade from the rounded parameters. Set the master weights mode first:
+  /// the stochastic rounding seed and counts loaded here are then kept.
   void load_state(const std::vector<ParamState>& state);
   /// Every group's size and options, for checkpoints.
   std::vector<GroupState> param_group_state() const;
@@ -126,8 +134,9 @@ class Optimizer {
   /// An optimizer named `name` (for errors and checkpoints), with no parameters yet.
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
   /// Appends a group's parameters (checked: defined float32 or lower-precision leaves, none
-  /// already held). A lower-precision parameter gets an FP32 master copy (param.master()): the
-  /// step updates the master in FP32 and writes the rounded value back into the parameter.
+  /// already held). Under MasterWeights::kFp32 a lower-precision parameter gets an FP32 master
+  /// copy (param.master()): the step updates the master in FP32 and writes the rounded value back
+  /// into the parameter.
   void add_params(const std::vector<Tensor>& params);
 
   // Typed per-group options, implemented by OptimizerWithOptions.
@@ -145,7 +154,7 @@ class Optimizer {
   /// One parameter of a step's update pass.
   struct ParamUpdate {
     size_t index = 0;  ///< the parameter's index
-    Tensor master;     ///< the FP32 tensor the update writes (the parameter itself if float32)
+    Tensor master;     ///< what the update writes: FP32 (the parameter itself if float32), or a 16-bit parameter rounded stochastically
     Tensor grad;       ///< its gradient: the unscaled FP32 one, or a 16-bit parameter's own
     Tensor rounded;    ///< the 16-bit parameter to write rounded from the new master (undefined if none)
     uint64_t rounding_key = 0;  ///< 16-bit `master` (stochastic rounding): the key of its random bits
@@ -174,6 +183,7 @@ class Optimizer {
   int64_t steps_taken_ = 0;
   MasterWeights master_weights_ = MasterWeights::kFp32;
   uint64_t rounding_seed_ = 0;
+  bool rounding_seed_given_ = false;  // set or loaded: switching modes keeps it
   std::vector<int64_t> rounding_steps_;  // stochastically rounded updates of each parameter so far
   // What each parameter looked like when its master was last in sync with it: an alias of its
   // storage (held, so the address cannot be reused) and that storage's version.

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <type_traits>
 
-#include "framework/counter_random.h"
 #include "framework/dtype.h"
 #include "framework/error.h"
 #include "framework/multi_tensor.h"
@@ -32,21 +31,32 @@ void widen_block(DType dtype, const void* data, int64_t first, float* dst, int64
 }
 
 // src[0, n) rounded stochastically into the 16-bit tensor at `data` from element `first`; the
-// random bits of element i are keyed by `key` and i's index in the tensor, `index0` + i.
-void round_block_stochastically(const float* src, DType dtype, void* data, int64_t first, int64_t n, uint64_t key,
-                                int64_t index0) {
-  const auto bits_of = [](float v) { return std::bit_cast<uint32_t>(v); };
-  if (dtype == DType::kBFloat16) {
-    BFloat16* dst = static_cast<BFloat16*>(data) + first;
+// random bits of element i are keyed by `key` and i's index in the tensor, `index0` + i. Within a
+// 2^32-aligned block of indices the Weyl counter steps by addition, which vectorises.
+template <typename T>
+void round_stochastically(const float* __restrict src, T* __restrict dst, int64_t n, uint64_t key, int64_t index0) {
+  const auto bits16 = [](float v, uint32_t random) {
+    const uint32_t u = std::bit_cast<uint32_t>(v);
+    return std::is_same_v<T, BFloat16> ? stochastic::bfloat16_bits(u, random) : stochastic::float16_bits(u, random);
+  };
+  const uint64_t first = static_cast<uint64_t>(index0);
+  if ((first & 0xffffffffu) + static_cast<uint64_t>(n) <= (uint64_t{1} << 32)) {
+    const uint32_t counter = stochastic::weyl_counter(key, first);
     for (int64_t i = 0; i < n; ++i) {
-      dst[i].bits = stochastic::bfloat16_bits(bits_of(src[i]), counter_random_bits(key, static_cast<uint64_t>(index0 + i)));
+      dst[i].bits = bits16(src[i], stochastic::finalise(counter + static_cast<uint32_t>(i) * stochastic::kWeylStep));
     }
   } else {
+    for (int64_t i = 0; i < n; ++i) dst[i].bits = bits16(src[i], stochastic::random_bits(key, first + static_cast<uint64_t>(i)));
+  }
+}
+
+void round_block_stochastically(const float* src, DType dtype, void* data, int64_t first, int64_t n, uint64_t key,
+                                int64_t index0) {
+  if (dtype == DType::kBFloat16) {
+    round_stochastically(src, static_cast<BFloat16*>(data) + first, n, key, index0);
+  } else {
     AG_CHECK(dtype == DType::kFloat16, "stochastic rounding: ", dtype_name(dtype), " weights (16-bit only)");
-    Half* dst = static_cast<Half*>(data) + first;
-    for (int64_t i = 0; i < n; ++i) {
-      dst[i].bits = stochastic::float16_bits(bits_of(src[i]), counter_random_bits(key, static_cast<uint64_t>(index0 + i)));
-    }
+    round_stochastically(src, static_cast<Half*>(data) + first, n, key, index0);
   }
 }
 

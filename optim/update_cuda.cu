@@ -3,7 +3,6 @@
 // (or, without a master, rounds the updated 16-bit weights back stochastically).
 #include <type_traits>
 
-#include "framework/counter_random.h"
 #include "framework/cuda_helpers.h"
 #include "framework/multi_tensor_cuda.h"
 #include "framework/stochastic_rounding.h"
@@ -38,7 +37,7 @@ struct StochasticAccess {
   uint64_t key;
   __device__ float load(int64_t i) const { return dload(w[i]); }
   __device__ void store(int64_t i, float v) const {
-    const uint64_t random = counter_random_bits(key, static_cast<uint64_t>(first + i));
+    const uint32_t random = stochastic::random_bits(key, static_cast<uint64_t>(first + i));
     uint16_t bits = 0;
     if constexpr (std::is_same_v<P, __nv_bfloat16>) {
       bits = stochastic::bfloat16_bits(__float_as_uint(v), random);

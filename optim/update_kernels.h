@@ -25,7 +25,7 @@ enum SgdList : int {
   kSgdWeight,    ///< its weights: the FP32 master, or a 16-bit parameter rounded stochastically
   kSgdGrad,      ///< its gradient: float32, or the 16-bit parameter's own (widened exactly as it is read)
   kSgdMomentum,  ///< its momentum buffer (undefined: no momentum)
-  kSgdRounded,   ///< the 16-bit parameter to write rounded (undefined: a float32 parameter is its own master)
+  kSgdRounded,   ///< the 16-bit parameter to write rounded (undefined: a float32 parameter is its own master, or 16-bit weights rounded stochastically)
   kSgdLists      ///< the number of lists
 };
 /// The tensors of an SGD pass, by SgdList.

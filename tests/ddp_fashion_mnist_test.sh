@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# examples/ddp_fashion_mnist on 2 ranks, one short epoch on a subset in FP16 AMP and in BF16: each
-# must learn, end with identical replicas and exit cleanly. Skips (passes) without Debian's dataset-fashion-mnist.
+# examples/ddp_fashion_mnist on 2 ranks, one short epoch on a subset in FP16 AMP, in BF16 and with
+# BF16 parameters rounded stochastically (the ranks must draw the same bits): each must learn, end
+# with identical replicas and exit cleanly. Skips (passes) without Debian's dataset-fashion-mnist.
 # Usage: ddp_fashion_mnist_test.sh MPIRUN_TEST_SH DDP_FASHION_MNIST (as the sh_test passes them).
 set -uo pipefail
 mpirun_test=$1
@@ -10,9 +11,11 @@ if [[ ! -f $data/train-images-idx3-ubyte.gz ]]; then
   echo "SKIP: no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist)"
   exit 0
 fi
-# One short epoch per precision flag: FP16 AMP with a GradScaler, BF16 autocast without one.
-for amp in --amp --amp=bf16; do
-  out=$("$mpirun_test" 2 "$prog" "$amp" --epochs 1 --train-samples 4096 --batch-size 64 2>&1)
+# One short epoch per precision: FP16 AMP with a GradScaler, BF16 autocast without one, BF16
+# parameters without masters (the flags word-split on purpose).
+for amp in --amp --amp=bf16 "--amp=bf16-params --master-weights=stochastic"; do
+  # shellcheck disable=SC2086
+  out=$("$mpirun_test" 2 "$prog" $amp --epochs 1 --train-samples 4096 --batch-size 64 2>&1)
   status=$?
   echo "$out" | tail -n 20
   (( status == 0 )) || { echo "FAIL ($amp): exit status $status"; exit 1; }

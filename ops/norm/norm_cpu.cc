@@ -10,7 +10,6 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-// The statistics' dtype: float32, or float64 for float64 data.
 template <typename T, typename C>
 void widen(const T* src, int64_t n, C* dst) {
   for (int64_t j = 0; j < n; ++j) dst[j] = load(src[j]);
