@@ -160,7 +160,10 @@ void Optimizer::step() {
     if (master_weights_ == MasterWeights::kStochasticRounding && p.dtype() != DType::kFloat32) {
       // Updated in place: the pass widens the 16-bit weights and rounds them back stochastically.
       Tensor grad = p.step_grad();  // GradScaler's unscaled FP32 one (on a step-only master), or p's own
-      if (!grad.defined()) continue;
+      if (!grad.defined()) {
+        p.set_master(Tensor());  // a step-only master that master_of() or fp32_grad() made is not kept
+        continue;
+      }
       const uint64_t key = counter_random_bits(counter_random_bits(rounding_seed_, i),
                                                static_cast<uint64_t>(rounding_steps_[i]));
       passes[device_index(p.device())].push_back({.index = i, .master = p, .grad = grad, .rounded = Tensor(), .rounding_key = key});

@@ -248,6 +248,10 @@ TEST(StochasticRoundingOptimizer, SwitchingModesRemakesTheMasters) {
   descend(sgd, p, 3);
   EXPECT_FALSE(p.master().defined());
   EXPECT_EQ(sgd.Optimizer::state()[0].counters.at("rounding_step"), 3);
+  sgd.Optimizer::master_of(0);  // a step-only copy for the caller ...
+  sgd.zero_grad();
+  sgd.step();  // ... which a step without a gradient does not keep either
+  EXPECT_FALSE(p.master().defined());
   sgd.set_master_weights(MasterWeights::kFp32);
   descend(sgd, p, 1);
   ASSERT_TRUE(p.master().defined());
