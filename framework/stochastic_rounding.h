@@ -50,7 +50,8 @@ AG_HOST_DEVICE constexpr uint16_t bfloat16_bits(uint32_t u, uint32_t random) {
 /// Float bits -> float16 bits. |x| is split into a whole number m of float16 spacings and a
 /// fraction (both exact in float: a scaling by a power of two), and m goes up by one when 24
 /// random bits, as a fraction, fall below it (exact for |x| >= 2^-25; below, where the fraction has
-/// bits past 2^-24, the probability is rounded up to a multiple of 2^-24: off by at most 2^-48). m spacings of binade E assemble into the bits
+/// bits past 2^-24, the probability is rounded up to a multiple of 2^-24: the rounded value's bias
+/// is then at most 2^-48). m spacings of binade E assemble into the bits
 /// ((E + 14) << 10) + m (m = 2048 carries into the next binade; E = -14 covers the subnormals).
 /// `random` supplies its low 24 bits.
 AG_HOST_DEVICE inline uint16_t float16_bits(uint32_t u, uint32_t random) {

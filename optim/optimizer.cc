@@ -173,7 +173,10 @@ void Optimizer::step() {
     // The unscaled FP32 gradient, or the parameter's own: a 16-bit one is widened as the pass
     // reads it, so no FP32 copy is made.
     Tensor grad = p.step_grad();
-    if (!grad.defined()) continue;
+    if (!grad.defined()) {
+      if (master_weights_ == MasterWeights::kNone) p.set_master(Tensor());  // step-only, as below
+      continue;
+    }
     const bool has_master = !master.is_same(p);
     std::vector<ParamUpdate>& pass = passes[device_index(p.device())];
     pass.push_back({.index = i, .master = master, .grad = grad, .rounded = has_master ? p : Tensor()});

@@ -92,7 +92,7 @@ class Optimizer {
 
   /// See MasterWeights. kNone and kStochasticRounding drop the masters kept so far (the
   /// constructor makes them: switch right after it). Switching to kStochasticRounding draws a
-  /// rounding seed from the global generator (manual_seed) unless one was set or loaded. Float32
+  /// rounding seed from the global generator (manual_seed, one draw) unless one was set or loaded. Float32
   /// parameters are their own masters in every mode.
   void set_master_weights(MasterWeights mode);
   /// How 16-bit parameters are updated (see set_master_weights).
@@ -120,8 +120,9 @@ class Optimizer {
   std::vector<ParamState> state() const;
   /// Restores a state() taken from an optimizer of the same kind over parameters of the same
   /// shapes. Load the parameters' values first: the masters loaded here are then kept as they
-  /// are (bit-exact), not remade from the rounded parameters. Set the master weights mode first:
-  /// the stochastic rounding seed and counts loaded here are then kept.
+  /// are (bit-exact), not remade from the rounded parameters. Set the master weights mode first
+  /// (masters are loaded under kFp32 only); the stochastic rounding seed and counts loaded here are
+  /// kept by any later switch.
   void load_state(const std::vector<ParamState>& state);
   /// Every group's size and options, for checkpoints.
   std::vector<GroupState> param_group_state() const;

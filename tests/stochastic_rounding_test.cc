@@ -127,6 +127,19 @@ TEST(StochasticRounding, Bfloat16RoundsUpWithExactlyTheRightProbability) {
   }
 }
 
+// The Weyl counter steps by addition within a 2^32-aligned block of indices (the CPU's fast path)
+// and not across one (where it takes the general path).
+TEST(StochasticRounding, TheWeylCounterStepsByAdditionWithinA32BitBlock) {
+  namespace st = ag::stochastic;
+  for (const uint64_t key : {uint64_t{5}, uint64_t{0xfedcba9876543210ull}}) {
+    const uint64_t base = uint64_t{3} << 32;
+    EXPECT_EQ(st::weyl_counter(key, base + 10) + 7 * st::kWeylStep, st::weyl_counter(key, base + 17));
+    EXPECT_EQ(st::weyl_counter(key, base - 3) + 2 * st::kWeylStep, st::weyl_counter(key, base - 1));
+    EXPECT_NE(st::weyl_counter(key, base - 1) + st::kWeylStep, st::weyl_counter(key, base));
+    EXPECT_EQ(st::random_bits(key, base + 17), st::finalise(st::weyl_counter(key, base + 17)));
+  }
+}
+
 // Consecutive elements' random bits are uniform in their low bits (which bfloat16 uses) and high
 // bits alike: each of 256 buckets within 6 standard deviations of its share.
 TEST(StochasticRounding, RandomBitsOfConsecutiveElementsAreUniform) {
@@ -213,7 +226,8 @@ TEST(StochasticRoundingOptimizer, RoundsWithTheDocumentedKeyOnAnyChunking) {
     Tensor other = parameter(5, 1.0, DType::kFloat32);
     Tensor p = ag::randn({n}, dtype);
     p.set_requires_grad(true);
-    // A power-of-two lr and decay: the FP32 update is exact with or without fused multiply-adds.
+    // A power-of-two lr and decay: both products are exact, so the FP32 update rounds the same
+    // with or without fused multiply-adds.
     ag::optim::SGD sgd({other, p}, {.lr = 0x1p-8, .weight_decay = 0.5});
     sgd.set_rounding_seed(0x1234);  // kept by the switch below, not redrawn
     sgd.set_master_weights(MasterWeights::kStochasticRounding);
