@@ -17,7 +17,8 @@ std::string describe(const CollectiveRecord& r) {
   for (int i = 0; i < r.ndim; ++i) out << (i ? ", " : "") << r.dims[i];
   out << "] " << dtype_name(static_cast<DType>(r.dtype)) << ' ' << device_name(static_cast<Device>(r.device));
   if (r.collective == static_cast<int32_t>(Collective::kBroadcast)) out << " (root " << r.argument << ")";
-  if (r.collective == static_cast<int32_t>(Collective::kAllReduce)) {
+  if (r.collective == static_cast<int32_t>(Collective::kAllReduce) ||
+      r.collective == static_cast<int32_t>(Collective::kReduceScatter)) {
     out << " (" << reduce_op_name(static_cast<ReduceOp>(r.argument)) << ")";
   }
   return out.str();
@@ -40,6 +41,9 @@ std::string hint_for(Problem problem, Backend backend, Device device) {
     case Problem::kUndefined: return "the tensor is undefined";
     case Problem::kUnsupportedDType: return "its dtype is not supported by this backend";
     case Problem::kAvgOfIntegers: return "ReduceOp::kAvg needs a floating dtype; hint: use kSum and divide";
+    case Problem::kBadPart:
+      return "the per-rank tensor must have the whole's dtype and device and 1/size of its elements; hint: pad the "
+             "whole to a multiple of the group size";
     case Problem::kOk: break;
   }
   return "";
@@ -48,7 +52,7 @@ std::string hint_for(Problem problem, Backend backend, Device device) {
 }  // namespace
 
 CollectiveRecord describe_collective(Collective collective, int32_t argument, const Tensor& tensor, Device device,
-                                     bool (*supported)(DType)) {
+                                     bool (*supported)(DType), const Tensor* part, int parts) {
   CollectiveRecord r;
   r.collective = static_cast<int32_t>(collective);
   r.argument = argument;
@@ -65,9 +69,14 @@ CollectiveRecord describe_collective(Collective collective, int32_t argument, co
     r.problem = static_cast<int32_t>(Problem::kWrongDevice);
   } else if (!supported(tensor.dtype())) {
     r.problem = static_cast<int32_t>(Problem::kUnsupportedDType);
-  } else if (collective == Collective::kAllReduce && argument == static_cast<int32_t>(ReduceOp::kAvg) &&
+  } else if ((collective == Collective::kAllReduce || collective == Collective::kReduceScatter) &&
+             argument == static_cast<int32_t>(ReduceOp::kAvg) &&
              !is_floating(tensor.dtype())) {
     r.problem = static_cast<int32_t>(Problem::kAvgOfIntegers);
+  } else if (part != nullptr && (!part->defined() || part->dtype() != tensor.dtype() ||
+                                 part->device() != tensor.device() ||
+                                 tensor.numel() != static_cast<int64_t>(parts) * part->numel())) {
+    r.problem = static_cast<int32_t>(Problem::kBadPart);
   }
   return r;
 }

@@ -13,7 +13,7 @@
 namespace ampgrad::distributed::detail {
 
 /// Why this rank's own tensor cannot take part, found before any communication.
-enum class Problem : int32_t { kOk, kUndefined, kWrongDevice, kUnsupportedDType, kAvgOfIntegers };
+enum class Problem : int32_t { kOk, kUndefined, kWrongDevice, kUnsupportedDType, kAvgOfIntegers, kBadPart };
 
 /// What one rank passed to a collective. Plain bytes: it travels as it is.
 struct CollectiveRecord {
@@ -28,12 +28,15 @@ struct CollectiveRecord {
   int64_t dims[kMaxDims] = {};
 };
 
-enum class Collective : int32_t { kAllReduce, kBroadcast };
+enum class Collective : int32_t { kAllReduce, kBroadcast, kReduceScatter, kAllGather };
 
 /// The record of `tensor` as passed on this rank, including whether it is usable by a group on
-/// `device` whose backend supports `supported(dtype)`.
+/// `device` whose backend supports `supported(dtype)`. Reduce-scatter and all-gather describe the
+/// whole tensor and pass this rank's `part` of it: a part that is undefined, of another dtype or
+/// device, or not 1/`parts` of the whole's elements is Problem::kBadPart, so that every rank
+/// throws (not this one alone, leaving the others waiting).
 CollectiveRecord describe_collective(Collective collective, int32_t argument, const Tensor& tensor, Device device,
-                                     bool (*supported)(DType));
+                                     bool (*supported)(DType), const Tensor* part = nullptr, int parts = 1);
 /// Throws the Error every rank throws when the records (indexed by rank) disagree or one rank's
 /// tensor is unusable; `what` names the collective, `group` the rank and backend for the message.
 void check_collective(const std::vector<CollectiveRecord>& records, const std::string& what, Backend backend,

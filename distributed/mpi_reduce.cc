@@ -120,6 +120,10 @@ bool mpi_supports(DType dtype) {
 
 MPI_Datatype mpi_datatype(DType dtype) { return mpi_reduction(dtype, ReduceOp::kSum).type; }
 
+bool mpi_reduction_divides_before(DType dtype, ReduceOp op) {
+  return op == ReduceOp::kAvg && visit_dtype(dtype, [](auto t) { return kIsNarrowFloat<decltype(t)>; });
+}
+
 MpiReduction mpi_reduction(DType dtype, ReduceOp op) {
   return visit_dtype(dtype, [&](auto t) -> MpiReduction {
     using T = decltype(t);

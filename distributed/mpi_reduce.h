@@ -29,6 +29,8 @@ bool mpi_supports(DType dtype);
 MPI_Datatype mpi_datatype(DType dtype);
 /// Communication thread only (it creates the user-defined ops on first use).
 MpiReduction mpi_reduction(DType dtype, ReduceOp op);
+/// Whether kAvg of `dtype` divides before the sum (16-bit dtypes). Any thread.
+bool mpi_reduction_divides_before(DType dtype, ReduceOp op);
 /// data[i] = data[i] / divisor, computed in the dtype's compute type and rounded once.
 void divide_in_place(void* data, DType dtype, int64_t n, int divisor);
 

@@ -38,8 +38,9 @@ std::string rank_label(int rank, int size, Backend backend) {
 
 // ---- MpiWork ---------------------------------------------------------------------------------
 
-MpiWork::MpiWork(std::string what, std::vector<MpiPhase> phases, std::vector<Tensor> tensors, double timeout_seconds)
-    : what_(std::move(what)), phases_(std::move(phases)), tensors_(std::move(tensors)),
+MpiWork::MpiWork(std::string what, std::vector<MpiPhase> phases, std::vector<Tensor> tensors, double timeout_seconds,
+                 std::vector<Tensor> held)
+    : what_(std::move(what)), phases_(std::move(phases)), tensors_(std::move(tensors)), held_(std::move(held)),
       timeout_seconds_(timeout_seconds) {
   AG_CHECK(!phases_.empty(), "internal: ", what_, " has no MPI phase");
 }

@@ -38,7 +38,10 @@ class MpiWork final : public Work {
   /// `what` names it in errors ("all_reduce(sum) of Tensor[4] float32 cpu on rank 1 of 2 (mpi)");
   /// `tensors` are kept alive while MPI may still write them and get their version bumped by
   /// wait(); the work fails unless it completes within timeout_seconds of its start.
-  MpiWork(std::string what, std::vector<MpiPhase> phases, std::vector<Tensor> tensors, double timeout_seconds);
+  /// `tensors` are written (their versions are bumped by wait()); `held` are only read, and kept
+  /// alive until the work is done.
+  MpiWork(std::string what, std::vector<MpiPhase> phases, std::vector<Tensor> tensors, double timeout_seconds,
+          std::vector<Tensor> held = {});
   void wait() override;
   bool is_completed() override;
 
@@ -51,6 +54,7 @@ class MpiWork final : public Work {
   const std::string what_;
   std::vector<MpiPhase> phases_;
   std::vector<Tensor> tensors_;
+  std::vector<Tensor> held_;
   const double timeout_seconds_;
   MpiRuntime* runtime_ = nullptr;  // set by submit
   // Touched by the communication thread only.

@@ -99,6 +99,22 @@ class ProcessGroup {
                                                 CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
   /// broadcast_async, waited for.
   void broadcast(Tensor& tensor, int root = 0) { broadcast_async(tensor, root)->wait(); }
+  /// output = this rank's part of op(every rank's input) (torch.distributed.reduce_scatter_tensor):
+  /// `input` is size() parts of output.numel() elements end to end, and rank r receives part r
+  /// reduced. Same dtype and device; the dtypes and kAvg's rounding are all_reduce's. What ZeRO
+  /// reduces gradients with: each rank gets only the shard it updates.
+  virtual std::shared_ptr<Work> reduce_scatter_async(Tensor& output, const Tensor& input, ReduceOp op,
+                                                     CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
+  /// reduce_scatter_async, waited for.
+  void reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::kSum) {
+    reduce_scatter_async(output, input, op)->wait();
+  }
+  /// output = every rank's input end to end, in rank order (torch.distributed.all_gather_into_tensor):
+  /// output.numel() == size() * input.numel(), same dtype and device, any dtype of the table.
+  virtual std::shared_ptr<Work> all_gather_async(Tensor& output, const Tensor& input,
+                                                 CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
+  /// all_gather_async, waited for.
+  void all_gather(Tensor& output, const Tensor& input) { all_gather_async(output, input)->wait(); }
   /// Returns once every rank called it.
   virtual void barrier() = 0;
 

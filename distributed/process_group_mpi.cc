@@ -7,6 +7,7 @@
 
 #include "distributed/collective_check.h"
 #include "distributed/mpi_reduce.h"
+#include "framework/copy.h"
 #include "framework/error.h"
 
 namespace ampgrad::distributed {
@@ -61,22 +62,21 @@ ProcessGroupMPI::~ProcessGroupMPI() {
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::submit(std::string what, std::vector<MpiPhase> phases,
-                                              std::vector<Tensor> tensors) {
+                                              std::vector<Tensor> tensors, std::vector<Tensor> held) {
   auto work = std::make_shared<detail::MpiWork>(std::move(what), std::move(phases), std::move(tensors),
-                                                timeout_seconds());
+                                                timeout_seconds(), std::move(held));
   runtime_.submit(work);
   return work;
 }
 
-MpiPhase ProcessGroupMPI::check_phase(const Tensor& tensor, int collective, int32_t argument, const std::string& what) {
+MpiPhase ProcessGroupMPI::check_phase(const detail::CollectiveRecord& mine, const std::string& what) {
   using detail::CollectiveRecord;
   struct Exchange {
     CollectiveRecord mine;
     std::vector<CollectiveRecord> all;
   };
   auto exchange = std::make_shared<Exchange>();
-  exchange->mine = detail::describe_collective(static_cast<detail::Collective>(collective), argument, tensor,
-                                               device(), &detail::mpi_supports);
+  exchange->mine = mine;
   exchange->all.resize(static_cast<size_t>(size()));
   const MPI_Comm comm = comm_;
   return {.start = [exchange, comm](MPI_Request* request) {
@@ -94,15 +94,10 @@ std::shared_ptr<Work> ProcessGroupMPI::all_reduce_async(Tensor& tensor, ReduceOp
       "all_reduce(", reduce_op_name(op), ") of ", tensor.defined() ? tensor.to_string() : "an undefined tensor",
       " on ", detail::rank_label(rank(), size(), backend()));
   std::vector<MpiPhase> phases;
-  if (check == CheckAcrossRanks::kYes) {
-    phases.push_back(check_phase(tensor, static_cast<int>(detail::Collective::kAllReduce), static_cast<int32_t>(op),
-                                 what));
-  } else {
-    detail::check_local(detail::describe_collective(detail::Collective::kAllReduce, static_cast<int32_t>(op), tensor,
-                                                    device(), &detail::mpi_supports),
-                        what, backend(), device());
-  }
-  if (tensor.defined() && tensor.device() == device() && detail::mpi_supports(tensor.dtype())) {
+  if (add_check(phases,
+                detail::describe_collective(detail::Collective::kAllReduce, static_cast<int32_t>(op), tensor, device(),
+                                            &detail::mpi_supports),
+                check, what)) {
     void* data = tensor.data_ptr();
     const DType dtype = tensor.dtype();
     const int64_t n = tensor.numel();
@@ -130,14 +125,10 @@ std::shared_ptr<Work> ProcessGroupMPI::broadcast_async(Tensor& tensor, int root,
       detail::rank_label(rank(), size(), backend()));
   AG_CHECK(root >= 0 && root < size(), "ampgrad.distributed: ", what, ": root must be in [0, ", size(), ")");
   std::vector<MpiPhase> phases;
-  if (check == CheckAcrossRanks::kYes) {
-    phases.push_back(check_phase(tensor, static_cast<int>(detail::Collective::kBroadcast), root, what));
-  } else {
-    detail::check_local(detail::describe_collective(detail::Collective::kBroadcast, root, tensor, device(),
-                                                    &detail::mpi_supports),
-                        what, backend(), device());
-  }
-  if (tensor.defined() && tensor.device() == device() && detail::mpi_supports(tensor.dtype())) {
+  if (add_check(phases,
+                detail::describe_collective(detail::Collective::kBroadcast, root, tensor, device(),
+                                            &detail::mpi_supports),
+                check, what)) {
     void* data = tensor.data_ptr();
     const DType dtype = tensor.dtype();
     const int count = checked_count(tensor.numel(), what);
@@ -149,6 +140,79 @@ std::shared_ptr<Work> ProcessGroupMPI::broadcast_async(Tensor& tensor, int root,
                       .finish = nullptr});
   }
   return submit(what, std::move(phases), {tensor});
+}
+
+bool ProcessGroupMPI::add_check(std::vector<MpiPhase>& phases, const detail::CollectiveRecord& mine,
+                                CheckAcrossRanks check, const std::string& what) {
+  if (check == CheckAcrossRanks::kYes) {
+    phases.push_back(check_phase(mine, what));  // throws on every rank when any rank's record is bad
+  } else {
+    detail::check_local(mine, what, backend(), device());
+  }
+  return mine.problem == static_cast<int32_t>(detail::Problem::kOk);
+}
+
+std::shared_ptr<Work> ProcessGroupMPI::reduce_scatter_async(Tensor& output, const Tensor& input, ReduceOp op,
+                                                            CheckAcrossRanks check) {
+  const std::string what = ::ampgrad::detail::str_cat(
+      "reduce_scatter(", reduce_op_name(op), ") of ", input.defined() ? input.to_string() : "an undefined tensor",
+      " into ", output.defined() ? output.to_string() : "an undefined tensor", " on ",
+      detail::rank_label(rank(), size(), backend()));
+  std::vector<MpiPhase> phases;
+  if (!add_check(phases,
+                 detail::describe_collective(detail::Collective::kReduceScatter, static_cast<int32_t>(op), input,
+                                             device(), &detail::mpi_supports, &output, size()),
+                 check, what)) {
+    return submit(what, std::move(phases), {});
+  }
+  const DType dtype = input.dtype();
+  const int64_t n = output.numel();
+  const int count = checked_count(n, what);
+  const int group_size = size();
+  const MPI_Comm comm = comm_;
+  void* out = output.data_ptr();
+  // A 16-bit kAvg divides before the sum (see ReduceOp): into a copy, so the input is not changed.
+  Tensor source = input;
+  if (detail::mpi_reduction_divides_before(dtype, op)) {
+    source = Tensor::empty(input.shape(), dtype, input.device());
+    copy_(source, input);
+  }
+  const void* in = source.data_ptr();
+  phases.push_back({.start = [=](MPI_Request* request) {
+                      const detail::MpiReduction r = detail::mpi_reduction(dtype, op);
+                      if (r.divide_before) detail::divide_in_place(const_cast<void*>(in), dtype, n * group_size, group_size);
+                      mpi_check(MPI_Ireduce_scatter_block(in, out, count, r.type, r.op, comm, request),
+                                "MPI_Ireduce_scatter_block");
+                    },
+                    .finish = [=] {
+                      if (detail::mpi_reduction(dtype, op).divide_after) detail::divide_in_place(out, dtype, n, group_size);
+                    }});
+  return submit(what, std::move(phases), {output}, {source});
+}
+
+std::shared_ptr<Work> ProcessGroupMPI::all_gather_async(Tensor& output, const Tensor& input, CheckAcrossRanks check) {
+  const std::string what = ::ampgrad::detail::str_cat(
+      "all_gather of ", input.defined() ? input.to_string() : "an undefined tensor", " into ",
+      output.defined() ? output.to_string() : "an undefined tensor", " on ",
+      detail::rank_label(rank(), size(), backend()));
+  std::vector<MpiPhase> phases;
+  if (!add_check(phases,
+                 detail::describe_collective(detail::Collective::kAllGather, 0, output, device(), &detail::mpi_supports,
+                                             &input, size()),
+                 check, what)) {
+    return submit(what, std::move(phases), {});
+  }
+  const DType dtype = input.dtype();
+  const int count = checked_count(input.numel(), what);
+  const MPI_Comm comm = comm_;
+  const void* in = input.data_ptr();
+  void* out = output.data_ptr();
+  phases.push_back({.start = [=](MPI_Request* request) {
+                      const MPI_Datatype type = detail::mpi_datatype(dtype);
+                      mpi_check(MPI_Iallgather(in, count, type, out, count, type, comm, request), "MPI_Iallgather");
+                    },
+                    .finish = nullptr});
+  return submit(what, std::move(phases), {output}, {input});  // the input is only read
 }
 
 void ProcessGroupMPI::barrier() {

@@ -106,8 +106,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 // A collective queued on the group's stream; `done` is recorded after it.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::string what, std::shared_ptr<NcclState> state, cudaEvent_t done, Tensor tensor)
-      : what_(std::move(what)), state_(std::move(state)), done_(done), tensor_(std::move(tensor)) {}
+  NcclWork(std::string what, std::shared_ptr<NcclState> state, cudaEvent_t done, Tensor tensor, Tensor input)
+      : what_(std::move(what)), state_(std::move(state)), done_(done), tensor_(std::move(tensor)),
+        input_(std::move(input)) {}
   ~NcclWork() override { cudaEventDestroy(done_); }
 
   bool is_completed() override { return finished_ || cudaEventQuery(done_) != cudaErrorNotReady; }
@@ -132,6 +133,7 @@ class NcclWork final : public Work {
   std::shared_ptr<NcclState> state_;
   cudaEvent_t done_;
   Tensor tensor_;
+  Tensor input_;  // a collective's separate source (reduce-scatter, all-gather), kept until it is done
   bool finished_ = false;
 };
 
@@ -206,13 +208,14 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
 }
 
 void ProcessGroupNCCL::check(const std::string& what, const Tensor& tensor, int collective, int32_t argument,
-                             CheckAcrossRanks check) {
+                             CheckAcrossRanks check, const Tensor* part) {
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     AG_CHECK(state_->broken.empty(), "ampgrad.distributed: ", what, " cannot run: ", state_->broken);
   }
   const detail::CollectiveRecord mine = detail::describe_collective(static_cast<detail::Collective>(collective),
-                                                                    argument, tensor, device(), &detail::nccl_supports);
+                                                                    argument, tensor, device(), &detail::nccl_supports,
+                                                                    part, size());
   if (check == CheckAcrossRanks::kNo) return detail::check_local(mine, what, backend(), device());
   const std::vector<std::string> all =
       bootstrap_->all_gather_bytes(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
@@ -223,7 +226,7 @@ void ProcessGroupNCCL::check(const std::string& what, const Tensor& tensor, int 
 
 std::shared_ptr<Work> ProcessGroupNCCL::enqueue(
     const std::string& what, Tensor& tensor,
-    const std::function<ncclResult_t(void* data, size_t count, ncclDataType_t type)>& call) {
+    const std::function<ncclResult_t(void* data, size_t count, ncclDataType_t type)>& call, const Tensor& input) {
   // The side stream starts after everything already queued on the compute (legacy) stream.
   cudaEvent_t ready = nullptr, done = nullptr;
   AG_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -237,7 +240,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::enqueue(
   // The compute stream does not wait here (the rest of backward overlaps the collective); wait()
   // holds the host until `done`, so what the caller queues after it runs after the collective.
   AG_CUDA_CHECK(cudaEventRecord(done, stream_));
-  return std::make_shared<detail::NcclWork>(what, state_, done, tensor);
+  return std::make_shared<detail::NcclWork>(what, state_, done, tensor, input);
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& tensor, ReduceOp op, CheckAcrossRanks check) {
@@ -263,6 +266,43 @@ std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& tensor, int root
   return enqueue(what, tensor, [&](void* data, size_t count, ncclDataType_t type) {
     return ncclBroadcast(data, data, count, type, root, comm, stream);
   });
+}
+
+std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(Tensor& output, const Tensor& input, ReduceOp op,
+                                                             CheckAcrossRanks check) {
+  const std::string what = ::ampgrad::detail::str_cat(
+      "reduce_scatter(", reduce_op_name(op), ") of ", input.defined() ? input.to_string() : "an undefined tensor",
+      " into ", output.defined() ? output.to_string() : "an undefined tensor", " on ",
+      detail::rank_label(rank(), size(), backend()));
+  this->check(what, input, static_cast<int>(detail::Collective::kReduceScatter), static_cast<int32_t>(op), check,
+              &output);
+  ncclComm_t comm = state_->comm;
+  cudaStream_t stream = stream_;
+  const void* source = input.data_ptr();
+  return enqueue(
+      what, output,
+      [&](void* data, size_t count, ncclDataType_t type) {
+        return ncclReduceScatter(source, data, count, type, detail::nccl_op(op), comm, stream);
+      },
+      input);
+}
+
+std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(Tensor& output, const Tensor& input, CheckAcrossRanks check) {
+  const std::string what = ::ampgrad::detail::str_cat(
+      "all_gather of ", input.defined() ? input.to_string() : "an undefined tensor", " into ",
+      output.defined() ? output.to_string() : "an undefined tensor", " on ",
+      detail::rank_label(rank(), size(), backend()));
+  this->check(what, output, static_cast<int>(detail::Collective::kAllGather), 0, check, &input);
+  ncclComm_t comm = state_->comm;
+  cudaStream_t stream = stream_;
+  const void* source = input.data_ptr();
+  const size_t part = static_cast<size_t>(input.numel());
+  return enqueue(
+      what, output,
+      [&](void* data, size_t, ncclDataType_t type) {
+        return ncclAllGather(source, data, part, type, comm, stream);  // sendcount: one rank's part
+      },
+      input);
 }
 
 void ProcessGroupNCCL::barrier() { bootstrap_->barrier(); }

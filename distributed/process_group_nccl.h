@@ -34,6 +34,9 @@ class ProcessGroupNCCL final : public ProcessGroup {
   /// communicator, so a rank that went missing cannot hang the others).
   std::shared_ptr<Work> all_reduce_async(Tensor& tensor, ReduceOp op, CheckAcrossRanks check) override;
   std::shared_ptr<Work> broadcast_async(Tensor& tensor, int root, CheckAcrossRanks check) override;
+  std::shared_ptr<Work> reduce_scatter_async(Tensor& output, const Tensor& input, ReduceOp op,
+                                             CheckAcrossRanks check) override;
+  std::shared_ptr<Work> all_gather_async(Tensor& output, const Tensor& input, CheckAcrossRanks check) override;
   /// Through the MPI bootstrap group: every rank called it (GPU work is not waited for).
   void barrier() override;
   int64_t all_reduce_int(int64_t value, ReduceOp op) override;
@@ -42,9 +45,15 @@ class ProcessGroupNCCL final : public ProcessGroup {
  private:
   ProcessGroupNCCL(std::shared_ptr<ProcessGroupMPI> bootstrap, std::shared_ptr<detail::NcclState> state,
                    cudaStream_t stream, int cuda_device);
+  // Queues call(tensor's data, its element count, its type) on the side stream; the Work holds
+  // `tensor` (the result) and `input` (a separate source, if any) until it finishes.
   std::shared_ptr<Work> enqueue(const std::string& what, Tensor& tensor,
-                                const std::function<ncclResult_t(void* data, size_t count, ncclDataType_t type)>& call);
-  void check(const std::string& what, const Tensor& tensor, int collective, int32_t argument, CheckAcrossRanks check);
+                                const std::function<ncclResult_t(void* data, size_t count, ncclDataType_t type)>& call,
+                                const Tensor& input = Tensor());
+  // Throws on every rank (or this one, when check is kNo) unless every rank's tensor is usable;
+  // `part` is this rank's part of `tensor` in reduce-scatter and all-gather.
+  void check(const std::string& what, const Tensor& tensor, int collective, int32_t argument, CheckAcrossRanks check,
+             const Tensor* part = nullptr);
 
   std::shared_ptr<ProcessGroupMPI> bootstrap_;
   std::shared_ptr<detail::NcclState> state_;

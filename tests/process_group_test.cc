@@ -1,6 +1,7 @@
 // ProcessGroupMPI as an MPI job (2 and 4 ranks): all-reduce sum/avg/max in float32, float64 and
 // float16 against values computed here, broadcast, barrier, async collectives in flight together,
-// results bit-identical on every rank, and mismatched arguments as an Error on every rank.
+// results bit-identical on every rank, reduce-scatter and all-gather, and mismatched arguments as an
+// Error on every rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -169,6 +170,20 @@ TEST(ProcessGroup, WaitBumpsTheTensorVersion) {
   const uint64_t before = t.version();
   world().all_reduce(t, dist::ReduceOp::kSum);
   EXPECT_GT(t.version(), before);  // caches keyed on the version see the new values
+  // Reduce-scatter and all-gather bump what they write, not what they read (an optimizer keyed on
+  // the version of what it sends would otherwise think it changed).
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    const int n = world().size();
+    Tensor whole = ag::ones({2 * n}, dtype), part = ag::ones({2}, dtype);
+    const uint64_t whole_before = whole.version(), part_before = part.version();
+    world().reduce_scatter(part, whole, dist::ReduceOp::kAvg);
+    EXPECT_EQ(whole.version(), whole_before);
+    EXPECT_GT(part.version(), part_before);
+    const uint64_t part_after = part.version();
+    world().all_gather(whole, part);
+    EXPECT_EQ(part.version(), part_after);
+    EXPECT_GT(whole.version(), whole_before);
+  }
 }
 
 TEST(ProcessGroup, BarrierAndHostCollectives) {
@@ -201,6 +216,101 @@ TEST(ProcessGroup, MismatchedArgumentsAreAnErrorOnEveryRankAndTheGroupStaysUsabl
   Tensor ok = ag::ones({4});
   world().all_reduce(ok, dist::ReduceOp::kSum);
   EXPECT_EQ(ok.to_vector()[0], static_cast<float>(world().size()));
+}
+
+// Reduce-scatter: rank r gets the reduction of part r of every rank's input (torch's
+// reduce_scatter_tensor); all-gather: every rank gets every rank's part, in rank order
+// (all_gather_into_tensor). Small integers, so every dtype's result is exact.
+TEST(ProcessGroup, ReduceScatterSumAvgMaxAndAllGatherInEveryDtype) {
+  const int n = world().size(), r = world().rank();
+  constexpr int64_t kPart = 3;
+  // Rank q's input element i is (q + 1) * (i + 1): part r holds i in [3r, 3r + 3).
+  std::vector<float> whole;
+  for (int64_t i = 0; i < kPart * n; ++i) whole.push_back(static_cast<float>((r + 1) * (i + 1)));
+  const double s = n * (n + 1) / 2.0;
+  for (DType dtype : ag::kFloatingDTypes) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    const Tensor input = Tensor::from_vector(whole, {kPart * n}, dtype);
+    for (dist::ReduceOp op : {dist::ReduceOp::kSum, dist::ReduceOp::kAvg, dist::ReduceOp::kMax}) {
+      Tensor out = Tensor::empty({kPart}, dtype);
+      world().reduce_scatter(out, input, op);
+      std::vector<double> expected;
+      for (int64_t i = r * kPart; i < (r + 1) * kPart; ++i) {
+        const double k = static_cast<double>(i + 1);
+        expected.push_back(op == dist::ReduceOp::kSum ? s * k : op == dist::ReduceOp::kAvg ? s * k / n : n * k);
+      }
+      EXPECT_EQ(out.to_double_vector(), expected) << dist::reduce_op_name(op);
+    }
+    EXPECT_EQ(input.to_vector(), whole);  // the input is left as it was (kAvg divides a copy)
+    const Tensor mine = Tensor::from_vector(std::vector<float>{r + 1.0f, -(r + 1.0f)}, {2}, dtype);
+    Tensor all = Tensor::empty({2 * n}, dtype);
+    world().all_gather(all, mine);
+    std::vector<double> expected;
+    for (int q = 0; q < n; ++q) expected.insert(expected.end(), {q + 1.0, -(q + 1.0)});
+    EXPECT_EQ(all.to_double_vector(), expected);
+  }
+}
+
+TEST(ProcessGroup, ReduceScatterOfRandomValuesIsTheAverageAndAllGatherCopiesIt) {
+  // Random inputs (rank q's from seed 200 + q, so every rank can make all of them): each shard is
+  // the float64 average to the dtype's rounding, and the gather puts every shard's bits in place.
+  const int n = world().size(), r = world().rank();
+  constexpr int64_t kPart = 1000;
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    std::vector<double> average(static_cast<size_t>(n * kPart), 0.0);
+    Tensor input;
+    for (int q = 0; q < n; ++q) {
+      ag::manual_seed(200 + q);
+      const Tensor t = ag::randn({n * kPart}, dtype);
+      if (q == r) input = t;
+      const std::vector<double> v = t.to_double_vector();
+      for (size_t i = 0; i < v.size(); ++i) average[i] += v[i] / n;
+    }
+    Tensor shard = Tensor::empty({kPart}, dtype);
+    world().reduce_scatter(shard, input, dist::ReduceOp::kAvg);
+    const std::vector<double> part = shard.to_double_vector();
+    const double tolerance = dtype == DType::kFloat32 ? 1e-6 : dtype == DType::kFloat16 ? 4e-3 : 3e-2;
+    for (int64_t i = 0; i < kPart; ++i) {
+      ASSERT_NEAR(part[i], average[r * kPart + i], tolerance * (1 + std::abs(average[r * kPart + i]))) << i;
+    }
+    Tensor gathered = Tensor::empty({n * kPart}, dtype);
+    world().all_gather(gathered, shard);
+    const std::vector<std::string> shards = gather_bytes(shard);
+    std::string expected;
+    for (const std::string& b : shards) expected += b;
+    EXPECT_EQ(gather_bytes(gathered)[static_cast<size_t>(r)], expected);
+  }
+}
+
+TEST(ProcessGroup, ReduceScatterAndAllGatherMismatchesAreErrorsOnEveryRank) {
+  const int n = world().size();
+  const bool odd = world().rank() % 2 == 1;
+  // A part of the wrong size on odd ranks: every rank throws, and odd ranks name the problem.
+  Tensor input = ag::ones({4 * n});
+  Tensor part = ag::ones({odd ? 3 : 4});
+  if (odd) {
+    EXPECT_ERROR([&] { world().reduce_scatter(part, input, dist::ReduceOp::kSum); }, "reduce_scatter(sum)",
+                 "1/size of its elements", "pad the whole");
+  } else {
+    EXPECT_ERROR([&] { world().reduce_scatter(part, input, dist::ReduceOp::kSum); }, "rank 1: Tensor[",
+                 "1/size of its elements");
+  }
+  EXPECT_ERROR([&] { world().all_gather(input, part); }, "all_gather", "1/size of its elements");
+  // Wholes that differ across ranks, and a part of another dtype.
+  Tensor whole = ag::ones({(odd ? 5 : 4) * n});
+  Tensor fits = ag::ones({odd ? 5 : 4});
+  EXPECT_ERROR([&] { world().reduce_scatter(fits, whole, dist::ReduceOp::kAvg); }, "do not match");
+  Tensor half = ag::ones({4}, DType::kFloat16);
+  EXPECT_ERROR([&] { world().all_gather(input, half); }, "1/size of its elements");
+  Tensor counts = Tensor::from_vector(std::vector<int64_t>(static_cast<size_t>(2 * n), 1), {2 * n});
+  Tensor count = Tensor::from_vector(std::vector<int64_t>{0, 0}, {2});
+  EXPECT_ERROR([&] { world().reduce_scatter(count, counts, dist::ReduceOp::kAvg); }, "kAvg needs a floating dtype");
+  // Unchecked, a bad part is still this rank's error, before anything is sent.
+  EXPECT_ERROR([&] { world().all_gather_async(input, half, dist::CheckAcrossRanks::kNo); }, "1/size of its elements");
+  // The group still works.
+  world().reduce_scatter(count, counts, dist::ReduceOp::kSum);
+  EXPECT_EQ(count.to_double_vector(), (std::vector<double>{1.0 * n, 1.0 * n}));
 }
 
 TEST(ProcessGroup, BadLocalArgumentsAreErrors) {
