@@ -38,6 +38,7 @@ struct AdamWOptions {
 ///   w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 class Adam : public OptimizerWithOptions<AdamOptions> {
  public:
+  using Options = AdamOptions;  ///< what its constructors take (for generic code)
   /// One group of `params` with `options`.
   Adam(std::vector<Tensor> params, AdamOptions options);
   /// Parameter groups, each with its own options or `defaults`.
@@ -71,6 +72,7 @@ class Adam : public OptimizerWithOptions<AdamOptions> {
 /// Adam with decoupled weight decay. Its options() are AdamOptions with AdamW's values.
 class AdamW : public Adam {
  public:
+  using Options = AdamWOptions;  ///< what its constructors take (for generic code)
   /// One group of `params` with `options`.
   AdamW(std::vector<Tensor> params, AdamWOptions options);
   /// Parameter groups, each with its own options or `defaults`.

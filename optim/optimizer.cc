@@ -127,7 +127,25 @@ Tensor Optimizer::fp32_grad(size_t index) {
   return grad.defined() ? grad.detach().to(DType::kFloat32) : grad;
 }
 
+size_t Optimizer::register_step_pre_hook(StepHook hook) {
+  AG_CHECK(hook, name_, "::register_step_pre_hook: the hook is empty");
+  pre_step_hooks_.emplace(next_hook_handle_, std::move(hook));
+  return next_hook_handle_++;
+}
+
+size_t Optimizer::register_step_post_hook(StepHook hook) {
+  AG_CHECK(hook, name_, "::register_step_post_hook: the hook is empty");
+  post_step_hooks_.emplace(next_hook_handle_, std::move(hook));
+  return next_hook_handle_++;
+}
+
+void Optimizer::remove_step_hook(size_t handle) {
+  pre_step_hooks_.erase(handle);
+  post_step_hooks_.erase(handle);
+}
+
 void Optimizer::step() {
+  for (auto& [handle, hook] : pre_step_hooks_) hook(*this);
   // Every parameter with a gradient, one update pass per device. Under kNone each 16-bit
   // parameter with a gradient is its own pass, so the FP32 masters this step makes for them are
   // dropped one at a time; stochastic rounding makes none.
@@ -184,6 +202,7 @@ void Optimizer::step() {
   }
   for (std::vector<ParamUpdate>& pass : passes) run(pass);
   ++steps_taken_;
+  for (auto& [handle, hook] : post_step_hooks_) hook(*this);
 }
 
 std::vector<ParamState> Optimizer::state() const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -73,6 +74,17 @@ class Optimizer {
   void step();
   /// How many times step() has run (a step GradScaler skipped does not count).
   int64_t steps_taken() const { return steps_taken_; }
+
+  /// A function step() calls on this optimizer before or after its update.
+  using StepHook = std::function<void(Optimizer&)>;
+  /// Runs `hook` at the start of every step(), before any parameter changes (PyTorch's
+  /// register_step_pre_hook); a step GradScaler skips runs no hook. Returns the handle to remove it by.
+  size_t register_step_pre_hook(StepHook hook);
+  /// Runs `hook` at the end of every step(), once every parameter is updated (PyTorch's
+  /// register_step_post_hook): ZeroRedundancyOptimizer gathers the updated shards there.
+  size_t register_step_post_hook(StepHook hook);
+  /// Removes a hook by the handle its register_ call returned (an unknown handle is ignored).
+  void remove_step_hook(size_t handle);
 
   /// Every group's parameters, group after group: parameter `index` below indexes this.
   const std::vector<Tensor>& parameters() const { return params_; }
@@ -186,6 +198,8 @@ class Optimizer {
   uint64_t rounding_seed_ = 0;
   bool rounding_seed_given_ = false;  // set or loaded: switching modes keeps it
   std::vector<int64_t> rounding_steps_;  // stochastically rounded updates of each parameter so far
+  std::map<size_t, StepHook> pre_step_hooks_, post_step_hooks_;  // by handle, so in registration order
+  size_t next_hook_handle_ = 0;
   // What each parameter looked like when its master was last in sync with it: an alias of its
   // storage (held, so the address cannot be reused) and that storage's version.
   std::vector<Tensor> synced_storage_;

@@ -27,6 +27,7 @@ struct SGDOptions {
 /// g = nesterov ? g + momentum * buf : buf (when momentum != 0);  w -= lr * g.
 class SGD : public OptimizerWithOptions<SGDOptions> {
  public:
+  using Options = SGDOptions;  ///< what its constructors take (for generic code)
   /// One group of `params` with `options`.
   SGD(std::vector<Tensor> params, SGDOptions options);
   /// Parameter groups, each with its own options or `defaults`.

@@ -170,6 +170,30 @@ TEST(Optim, ZeroGradClearsGradients) {
   EXPECT_EQ(p.grad().to_vector(), (std::vector<float>{2, 2}));
 }
 
+TEST(Optim, StepHooksRunBeforeAndAfterTheUpdateInOrderUntilRemoved) {
+  Tensor p = ag::ones({2});
+  p.set_requires_grad(true);
+  ag::optim::SGD sgd({p}, {.lr = 0.5});
+  std::vector<std::string> calls;
+  const size_t first = sgd.register_step_pre_hook([&](ag::optim::Optimizer& o) {
+    calls.push_back("pre1 " + std::to_string(o.steps_taken()) + " " + std::to_string(p.to_vector()[0]));
+  });
+  sgd.register_step_pre_hook([&](ag::optim::Optimizer&) { calls.push_back("pre2"); });
+  const size_t post = sgd.register_step_post_hook([&](ag::optim::Optimizer& o) {
+    calls.push_back("post " + std::to_string(o.steps_taken()) + " " + std::to_string(p.to_vector()[0]));
+  });
+  ag::ops::sum(p * p).backward();  // grad 2: the step moves 1 to 0
+  sgd.step();
+  EXPECT_EQ(calls, (std::vector<std::string>{"pre1 0 1.000000", "pre2", "post 1 0.000000"}));
+  sgd.remove_step_hook(first);
+  sgd.remove_step_hook(post);
+  sgd.remove_step_hook(12345);  // unknown: ignored
+  calls.clear();
+  sgd.step();
+  EXPECT_EQ(calls, (std::vector<std::string>{"pre2"}));
+  EXPECT_ERROR([&] { sgd.register_step_post_hook(nullptr); }, "SGD::register_step_post_hook: the hook is empty");
+}
+
 TEST(Optim, OptionsAreValidated) {
   Tensor p = ag::ones({2});
   p.set_requires_grad(true);
