@@ -69,4 +69,33 @@ void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, 
                    "every rank must be able to read the path (a shared file system, or a copy on each machine)");
 }
 
+namespace {
+
+void check_zero_optimizer(const checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero, const char* what) {
+  AG_CHECK(state.optimizer == nullptr || state.optimizer == &zero.optimizer(), "distributed::", what, ": ",
+           "state.optimizer is another optimizer than the ZeroRedundancyOptimizer's; hint: leave it null (or set ",
+           "it to zero.optimizer()): the sharded state comes from the ZeroRedundancyOptimizer");
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero) {
+  check_zero_optimizer(state, zero, "save_checkpoint");
+  const std::unique_ptr<optim::Optimizer> whole = zero.consolidated_optimizer();
+  checkpoint::TrainingState consolidated = state;
+  consolidated.optimizer = whole.get();
+  save_checkpoint(path, consolidated, zero.group());
+}
+
+void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero) {
+  check_zero_optimizer(state, zero, "load_checkpoint");
+  // An optimizer over copies of the parameters takes the file's state; the shards take theirs from it.
+  const std::unique_ptr<optim::Optimizer> whole = zero.consolidated_optimizer();
+  checkpoint::TrainingState consolidated = state;
+  consolidated.optimizer = whole.get();
+  load_checkpoint(path, consolidated, zero.group());
+  state.user_metadata = consolidated.user_metadata;
+  zero.load_consolidated_optimizer(*whole);
+}
+
 }  // namespace ampgrad::distributed

@@ -7,6 +7,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "distributed/process_group.h"
+#include "distributed/zero_redundancy_optimizer.h"
 
 namespace ampgrad::distributed {
 
@@ -19,5 +20,15 @@ void save_checkpoint(const std::string& path, const checkpoint::TrainingState& s
 /// when the job has as many ranks as the one that saved (else every rank gets rank 0's). Throws on
 /// every rank, naming the ranks that failed, if any rank could not load it.
 void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, ProcessGroup& group);
+
+/// save_checkpoint with the optimizer state sharded by `zero` (state.optimizer must be null or
+/// zero.optimizer()): the shards are gathered into the file one process stepping the whole model
+/// writes (zero.consolidated_optimizer()), which a single process, or a ZeroRedundancyOptimizer at
+/// any world size, loads. A collective over zero.group(); the full state passes through each rank.
+void save_checkpoint(const std::string& path, const checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero);
+/// load_checkpoint into `zero`: a file save_checkpoint wrote for a ZeroRedundancyOptimizer at any
+/// world size, or one a single process's optimizer over the same parameters wrote; each rank keeps
+/// its shard of the state. A collective over zero.group().
+void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero);
 
 }  // namespace ampgrad::distributed
