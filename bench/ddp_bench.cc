@@ -18,9 +18,11 @@
 #include <vector>
 
 #include "ampgrad_distributed.h"
+#include "bench/rank_timing.h"
 
 namespace ag = ampgrad;
 namespace dist = ampgrad::distributed;
+using ampgrad::bench::slowest_median;
 
 namespace {
 
@@ -35,15 +37,6 @@ struct Args {
 enum class Precision { kFloat32, kAutocast, kFloat16Parameters };
 const char* precision_name(Precision p) {
   return p == Precision::kFloat32 ? "fp32" : p == Precision::kAutocast ? "fp16 autocast" : "fp16 params";
-}
-
-// The median of this rank's per-step times, then the largest over ranks (a step ends when the
-// slowest rank is done).
-double slowest_median(dist::ProcessGroup& world, std::vector<double> times) {
-  std::sort(times.begin(), times.end());
-  const double mine = times[times.size() / 2];
-  const int64_t micros = world.all_reduce_int(static_cast<int64_t>(mine * 1e6), dist::ReduceOp::kMax);
-  return static_cast<double>(micros) * 1e-6;
 }
 
 struct Model {

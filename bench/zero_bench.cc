@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "ampgrad_distributed.h"
+#include "bench/rank_timing.h"
 #include "examples/gpt.h"
 
 namespace ag = ampgrad;
 namespace dist = ampgrad::distributed;
+using ampgrad::bench::slowest_median;
 
 namespace {
 
@@ -32,12 +34,6 @@ struct Args {
 
 enum class Mode { kDataParallel, kZero1, kZero2 };
 const char* mode_name(Mode m) { return m == Mode::kDataParallel ? "DDP" : m == Mode::kZero1 ? "ZeRO-1" : "ZeRO-2"; }
-
-double slowest_median(dist::ProcessGroup& world, std::vector<double> times) {
-  std::sort(times.begin(), times.end());
-  const double mine = times[times.size() / 2];
-  return static_cast<double>(world.all_reduce_int(static_cast<int64_t>(mine * 1e6), dist::ReduceOp::kMax)) * 1e-6;
-}
 
 int64_t bytes_of(const ag::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(ag::element_size(t.dtype())) : 0;

@@ -51,6 +51,29 @@ std::string hint_for(Problem problem, Backend backend, Device device) {
 
 }  // namespace
 
+namespace {
+
+std::string label(const Tensor& t) { return t.defined() ? t.to_string() : "an undefined tensor"; }
+
+}  // namespace
+
+std::string all_reduce_label(ReduceOp op, const Tensor& tensor, const std::string& where) {
+  return ::ampgrad::detail::str_cat("all_reduce(", reduce_op_name(op), ") of ", label(tensor), " on ", where);
+}
+
+std::string broadcast_label(int root, const Tensor& tensor, const std::string& where) {
+  return ::ampgrad::detail::str_cat("broadcast from rank ", root, " of ", label(tensor), " on ", where);
+}
+
+std::string reduce_scatter_label(ReduceOp op, const Tensor& input, const Tensor& output, const std::string& where) {
+  return ::ampgrad::detail::str_cat("reduce_scatter(", reduce_op_name(op), ") of ", label(input), " into ",
+                                    label(output), " on ", where);
+}
+
+std::string all_gather_label(const Tensor& input, const Tensor& output, const std::string& where) {
+  return ::ampgrad::detail::str_cat("all_gather of ", label(input), " into ", label(output), " on ", where);
+}
+
 CollectiveRecord describe_collective(Collective collective, int32_t argument, const Tensor& tensor, Device device,
                                      bool (*supported)(DType), const Tensor* part, int parts) {
   CollectiveRecord r;

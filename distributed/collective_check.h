@@ -30,6 +30,16 @@ struct CollectiveRecord {
 
 enum class Collective : int32_t { kAllReduce, kBroadcast, kReduceScatter, kAllGather };
 
+/// How errors name a collective call, `where` being rank_label's "rank 1 of 2 (mpi)":
+/// "all_reduce(sum) of Tensor[4] float32 cpu on rank 1 of 2 (mpi)".
+std::string all_reduce_label(ReduceOp op, const Tensor& tensor, const std::string& where);
+/// "broadcast from rank 0 of ... on ...".
+std::string broadcast_label(int root, const Tensor& tensor, const std::string& where);
+/// "reduce_scatter(avg) of INPUT into OUTPUT on ...".
+std::string reduce_scatter_label(ReduceOp op, const Tensor& input, const Tensor& output, const std::string& where);
+/// "all_gather of INPUT into OUTPUT on ...".
+std::string all_gather_label(const Tensor& input, const Tensor& output, const std::string& where);
+
 /// The record of `tensor` as passed on this rank, including whether it is usable by a group on
 /// `device` whose backend supports `supported(dtype)`. Reduce-scatter and all-gather describe the
 /// whole tensor and pass this rank's `part` of it: a part that is undefined, of another dtype or

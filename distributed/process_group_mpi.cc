@@ -90,9 +90,8 @@ MpiPhase ProcessGroupMPI::check_phase(const detail::CollectiveRecord& mine, cons
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::all_reduce_async(Tensor& tensor, ReduceOp op, CheckAcrossRanks check) {
-  const std::string what = ::ampgrad::detail::str_cat(
-      "all_reduce(", reduce_op_name(op), ") of ", tensor.defined() ? tensor.to_string() : "an undefined tensor",
-      " on ", detail::rank_label(rank(), size(), backend()));
+  const std::string what =
+      detail::all_reduce_label(op, tensor, detail::rank_label(rank(), size(), backend()));
   std::vector<MpiPhase> phases;
   if (add_check(phases,
                 detail::describe_collective(detail::Collective::kAllReduce, static_cast<int32_t>(op), tensor, device(),
@@ -120,9 +119,8 @@ std::shared_ptr<Work> ProcessGroupMPI::all_reduce_async(Tensor& tensor, ReduceOp
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::broadcast_async(Tensor& tensor, int root, CheckAcrossRanks check) {
-  const std::string what = ::ampgrad::detail::str_cat(
-      "broadcast from rank ", root, " of ", tensor.defined() ? tensor.to_string() : "an undefined tensor", " on ",
-      detail::rank_label(rank(), size(), backend()));
+  const std::string what =
+      detail::broadcast_label(root, tensor, detail::rank_label(rank(), size(), backend()));
   AG_CHECK(root >= 0 && root < size(), "ampgrad.distributed: ", what, ": root must be in [0, ", size(), ")");
   std::vector<MpiPhase> phases;
   if (add_check(phases,
@@ -154,10 +152,8 @@ bool ProcessGroupMPI::add_check(std::vector<MpiPhase>& phases, const detail::Col
 
 std::shared_ptr<Work> ProcessGroupMPI::reduce_scatter_async(Tensor& output, const Tensor& input, ReduceOp op,
                                                             CheckAcrossRanks check) {
-  const std::string what = ::ampgrad::detail::str_cat(
-      "reduce_scatter(", reduce_op_name(op), ") of ", input.defined() ? input.to_string() : "an undefined tensor",
-      " into ", output.defined() ? output.to_string() : "an undefined tensor", " on ",
-      detail::rank_label(rank(), size(), backend()));
+  const std::string what =
+      detail::reduce_scatter_label(op, input, output, detail::rank_label(rank(), size(), backend()));
   std::vector<MpiPhase> phases;
   if (!add_check(phases,
                  detail::describe_collective(detail::Collective::kReduceScatter, static_cast<int32_t>(op), input,
@@ -191,10 +187,8 @@ std::shared_ptr<Work> ProcessGroupMPI::reduce_scatter_async(Tensor& output, cons
 }
 
 std::shared_ptr<Work> ProcessGroupMPI::all_gather_async(Tensor& output, const Tensor& input, CheckAcrossRanks check) {
-  const std::string what = ::ampgrad::detail::str_cat(
-      "all_gather of ", input.defined() ? input.to_string() : "an undefined tensor", " into ",
-      output.defined() ? output.to_string() : "an undefined tensor", " on ",
-      detail::rank_label(rank(), size(), backend()));
+  const std::string what =
+      detail::all_gather_label(input, output, detail::rank_label(rank(), size(), backend()));
   std::vector<MpiPhase> phases;
   if (!add_check(phases,
                  detail::describe_collective(detail::Collective::kAllGather, 0, output, device(), &detail::mpi_supports,

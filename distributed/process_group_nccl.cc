@@ -244,9 +244,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::enqueue(
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& tensor, ReduceOp op, CheckAcrossRanks check) {
-  const std::string what = ::ampgrad::detail::str_cat(
-      "all_reduce(", reduce_op_name(op), ") of ", tensor.defined() ? tensor.to_string() : "an undefined tensor",
-      " on ", detail::rank_label(rank(), size(), backend()));
+  const std::string what =
+      detail::all_reduce_label(op, tensor, detail::rank_label(rank(), size(), backend()));
   this->check(what, tensor, static_cast<int>(detail::Collective::kAllReduce), static_cast<int32_t>(op), check);
   ncclComm_t comm = state_->comm;
   cudaStream_t stream = stream_;
@@ -256,9 +255,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_reduce_async(Tensor& tensor, ReduceO
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& tensor, int root, CheckAcrossRanks check) {
-  const std::string what = ::ampgrad::detail::str_cat(
-      "broadcast from rank ", root, " of ", tensor.defined() ? tensor.to_string() : "an undefined tensor", " on ",
-      detail::rank_label(rank(), size(), backend()));
+  const std::string what =
+      detail::broadcast_label(root, tensor, detail::rank_label(rank(), size(), backend()));
   AG_CHECK(root >= 0 && root < size(), "ampgrad.distributed: ", what, ": root must be in [0, ", size(), ")");
   this->check(what, tensor, static_cast<int>(detail::Collective::kBroadcast), root, check);
   ncclComm_t comm = state_->comm;
@@ -270,10 +268,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::broadcast_async(Tensor& tensor, int root
 
 std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(Tensor& output, const Tensor& input, ReduceOp op,
                                                              CheckAcrossRanks check) {
-  const std::string what = ::ampgrad::detail::str_cat(
-      "reduce_scatter(", reduce_op_name(op), ") of ", input.defined() ? input.to_string() : "an undefined tensor",
-      " into ", output.defined() ? output.to_string() : "an undefined tensor", " on ",
-      detail::rank_label(rank(), size(), backend()));
+  const std::string what =
+      detail::reduce_scatter_label(op, input, output, detail::rank_label(rank(), size(), backend()));
   this->check(what, input, static_cast<int>(detail::Collective::kReduceScatter), static_cast<int32_t>(op), check,
               &output);
   ncclComm_t comm = state_->comm;
@@ -288,10 +284,8 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_async(Tensor& output, con
 }
 
 std::shared_ptr<Work> ProcessGroupNCCL::all_gather_async(Tensor& output, const Tensor& input, CheckAcrossRanks check) {
-  const std::string what = ::ampgrad::detail::str_cat(
-      "all_gather of ", input.defined() ? input.to_string() : "an undefined tensor", " into ",
-      output.defined() ? output.to_string() : "an undefined tensor", " on ",
-      detail::rank_label(rank(), size(), backend()));
+  const std::string what =
+      detail::all_gather_label(input, output, detail::rank_label(rank(), size(), backend()));
   this->check(what, output, static_cast<int>(detail::Collective::kAllGather), 0, check, &input);
   ncclComm_t comm = state_->comm;
   cudaStream_t stream = stream_;

@@ -125,7 +125,7 @@ ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() {
 
 void ZeroRedundancyOptimizer::build_buckets(const std::vector<std::vector<Tensor>>& groups,
                                             const ShardOptimizerFactory& make) {
-  const int n = group_.size(), r = group_.rank();
+  const int n = group_.size();
   bucket_of_.assign(params_.size(), 0);
   offset_of_.assign(params_.size(), 0);
   ready_.assign(params_.size(), false);
@@ -152,14 +152,9 @@ void ZeroRedundancyOptimizer::build_buckets(const std::vector<std::vector<Tensor
       bucket.dtype = lead.dtype();
       bucket.device = lead.device();
       bucket.shard = (bucket.numel + n - 1) / n;
-      bucket.shard_param = zeros({bucket.shard}, bucket.dtype, bucket.device);
-      const int64_t begin = r * bucket.shard, end = begin + bucket.shard;
-      for (size_t i : bucket.params) {
-        const int64_t lo = std::max(begin, offset_of_[i]), hi = std::min(end, offset_of_[i] + params_[i].numel());
-        copy_elements(bucket.shard_param, lo - begin, params_[i], lo - offset_of_[i], hi - lo);
-        bucket.versions.push_back(params_[i].version());
-      }
+      bucket.shard_param = zeros({bucket.shard}, bucket.dtype, bucket.device);  // the padding stays 0
       bucket.shard_param.set_requires_grad(true);
+      bucket.versions.assign(bucket.params.size(), 0);  // filled by refresh_shards below
       bucket.pending = bucket.params.size();
       shard_groups[g].push_back(bucket.shard_param);
       stats_.shard_elements += bucket.shard;
@@ -169,6 +164,7 @@ void ZeroRedundancyOptimizer::build_buckets(const std::vector<std::vector<Tensor
   }
   for (const Tensor& p : params_) stats_.parameters += p.numel();
   stats_.buckets = static_cast<int64_t>(buckets_.size());
+  refresh_shards(/*force=*/true);
   optimizer_ = make(shard_groups);
   AG_CHECK(optimizer_ != nullptr, "ZeroRedundancyOptimizer: the shard optimizer factory returned none");
   AG_CHECK(optimizer_->parameters().size() == buckets_.size(), "ZeroRedundancyOptimizer: the factory's optimizer ",
@@ -228,17 +224,22 @@ void ZeroRedundancyOptimizer::before_step() {
   refresh_shards(/*force=*/false);
 }
 
+void ZeroRedundancyOptimizer::copy_to_shard(const Bucket& bucket, size_t index, Tensor& shard,
+                                            const Tensor& source) const {
+  const int64_t begin = group_.rank() * bucket.shard, end = begin + bucket.shard;
+  const int64_t first = offset_of_[index], last = first + params_[index].numel();
+  const int64_t lo = std::max(begin, first), hi = std::min(end, last);
+  copy_elements(shard, lo - begin, source, lo - first, hi - lo);
+}
+
 void ZeroRedundancyOptimizer::refresh_shards(bool force) {
-  const int64_t begin_of_rank = group_.rank();
   for (Bucket& bucket : buckets_) {
     bool changed = force;
     for (size_t k = 0; k < bucket.params.size(); ++k) changed |= params_[bucket.params[k]].version() != bucket.versions[k];
     if (!changed) continue;
-    const int64_t begin = begin_of_rank * bucket.shard, end = begin + bucket.shard;
     for (size_t k = 0; k < bucket.params.size(); ++k) {
       const size_t i = bucket.params[k];
-      const int64_t lo = std::max(begin, offset_of_[i]), hi = std::min(end, offset_of_[i] + params_[i].numel());
-      copy_elements(bucket.shard_param, lo - begin, params_[i], lo - offset_of_[i], hi - lo);
+      copy_to_shard(bucket, i, bucket.shard_param, params_[i]);
       bucket.versions[k] = params_[i].version();
     }
     bucket.shard_param.bump_version();
@@ -347,12 +348,10 @@ std::vector<optim::ParamState> ZeroRedundancyOptimizer::consolidated_state() {
 void ZeroRedundancyOptimizer::load_consolidated_state(const std::vector<optim::ParamState>& state) {
   AG_CHECK(state.size() == params_.size(), "ZeroRedundancyOptimizer::load_consolidated_state: the state has ",
            state.size(), " parameters, the optimizer ", params_.size());
-  const int r = group_.rank();
   std::vector<optim::ParamState> shards(buckets_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    Bucket& bucket = buckets_[b];
+    const Bucket& bucket = buckets_[b];
     const optim::ParamState& lead = state[bucket.params[0]];
-    const int64_t begin = r * bucket.shard, end = begin + bucket.shard;
     for (const auto& [key, unused] : lead.tensors) {
       Tensor shard = zeros({bucket.shard}, DType::kFloat32, bucket.device);
       for (size_t i : bucket.params) {
@@ -364,8 +363,7 @@ void ZeroRedundancyOptimizer::load_consolidated_state(const std::vector<optim::P
                  " of the same bucket has; hint: load a state saved from an optimizer over the same parameters");
         Tensor local = it->second;
         if (local.device() != bucket.device) local = local.to(bucket.device);
-        const int64_t lo = std::max(begin, offset_of_[i]), hi = std::min(end, offset_of_[i] + params_[i].numel());
-        copy_elements(shard, lo - begin, local, lo - offset_of_[i], hi - lo);
+        copy_to_shard(bucket, i, shard, local);
       }
       shards[b].tensors[key] = shard;
     }

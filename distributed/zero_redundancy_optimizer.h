@@ -135,6 +135,9 @@ class ZeroRedundancyOptimizer {
   void finish_reduction();
   void before_step();
   void check_reduced() const;
+  // `shard` (this rank's part of `bucket`) takes the elements of parameter `index` that fall in it,
+  // from `source`, laid out as the parameter.
+  void copy_to_shard(const Bucket& bucket, size_t index, Tensor& shard, const Tensor& source) const;
   // Copies the parameters into the shards where they changed since the last gather (or always).
   void refresh_shards(bool force);
   void gather_parameters();
