@@ -37,6 +37,7 @@
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
 #include "optim/sgd.h"
+#include "optim/training_memory.h"
 #include "utils/activation_checkpoint.h"
 #include "utils/cpu_isa.h"
 #include "utils/crc32c.h"

@@ -2,8 +2,9 @@
 //   mpirun -np N bazel-bin/bench/zero_bench [--layers=4] [--width=128] [--batch=16] [--steps=20]
 // For FP32 parameters and for BF16 parameters with FP32 masters (both AdamW, clipping at 1.0), it
 // times the median step (as the slowest rank sees it) of DDP + AdamW, ZeRO stage 1 and ZeRO stage 2,
-// and counts the bytes each rank holds when the step runs: parameters, gradients (the model's and
-// the shards'), FP32 masters and the two moments, per parameter of the model. The ZeRO paper's
+// and counts the bytes each rank holds when the step runs (optim::training_state_bytes): parameters
+// (the model's and the shards the optimizer steps), gradients (the model's and the shards'), FP32
+// masters and the two moments, per parameter of the model, and the step's peak. The ZeRO paper's
 // column is its figure for the stage: 16-bit weights 2 + 2 + 12/N (stage 1) and 2 + 14/N (stage 2);
 // FP32 weights 4 + 4 + 8/N and 4 + 12/N; DDP 16 either way.
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,26 +37,9 @@ struct Args {
 enum class Mode { kDataParallel, kZero1, kZero2 };
 const char* mode_name(Mode m) { return m == Mode::kDataParallel ? "DDP" : m == Mode::kZero1 ? "ZeRO-1" : "ZeRO-2"; }
 
-int64_t bytes_of(const ag::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(ag::element_size(t.dtype())) : 0;
-}
-
-struct Bytes {
-  int64_t params = 0, grads = 0, masters = 0, moments = 0;
-  int64_t total() const { return params + grads + masters + moments; }
-};
-
-// What `opt` holds: its parameters' gradients, and its state's masters and moments.
-void add_optimizer_state(const ag::optim::Optimizer& opt, Bytes& b) {
-  for (const ag::optim::ParamState& s : opt.state()) {
-    for (const auto& [key, t] : s.tensors) (key == "master" ? b.masters : b.moments) += bytes_of(t);
-  }
-}
-
 struct Row {
   double step_s = 0;
-  Bytes bytes;
-  int64_t parameters = 0;
+  ag::optim::TrainingMemory memory;  // at step 1, as the step leaves it: every gradient present
 };
 
 Row run(dist::ProcessGroup& world, const Args& a, Mode mode, bool bf16) {
@@ -84,7 +69,6 @@ Row run(dist::ProcessGroup& world, const Args& a, Mode mode, bool bf16) {
   ag::optim::Optimizer& opt = zero ? zero->optimizer() : *adamw;
   ag::nn::Module& net = ddp ? static_cast<ag::nn::Module&>(*ddp) : model;
   Row row;
-  for (const ag::Tensor& p : model.parameters()) row.parameters += p.numel();
   std::vector<double> times;
   for (int step = 0; step < a.steps + 3; ++step) {
     std::mt19937_64 rng(static_cast<uint64_t>(1000 + step * world.size() + world.rank()));
@@ -95,6 +79,8 @@ Row run(dist::ProcessGroup& world, const Args& a, Mode mode, bool bf16) {
     const ag::Tensor y = ag::Tensor::from_vector(
         std::vector<int64_t>(ids.begin() + a.batch, ids.end()), {a.batch * config.block_size});
     world.barrier();
+    std::optional<ag::optim::MemoryMeter> meter;
+    if (step == 0) meter.emplace(ag::Device::kCPU);
     const auto start = Clock::now();
     if (zero) {
       zero->zero_grad();
@@ -107,23 +93,15 @@ Row run(dist::ProcessGroup& world, const Args& a, Mode mode, bool bf16) {
       const ag::Tensor logits = net(x);
       loss = ag::ops::cross_entropy(ag::ops::reshape(logits, {-1, logits.size(-1)}), y);
     }
+    if (meter) meter->forward_done();
     loss.backward();
-    if (step == 0) {  // the state as the step sees it: every gradient present, masters made at step 1
-      for (const ag::Tensor& p : model.parameters()) {
-        row.bytes.params += bytes_of(p);
-        row.bytes.grads += bytes_of(p.grad());
-      }
-      if (zero) {
-        for (const ag::Tensor& s : opt.parameters()) row.bytes.grads += bytes_of(s.grad());
-      }
-    }
     if (zero) {
       zero->clip_grad_norm_(1.0);
     } else {
       ag::nn::utils::clip_grad_norm_(model.parameters(), 1.0);
     }
     opt.step();
-    if (step == 0) add_optimizer_state(opt, row.bytes);
+    if (meter) row.memory = meter->read(model.parameters(), opt);  // the masters are made at step 1
     if (step >= 3) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   row.step_s = slowest_median(world, times);
@@ -156,23 +134,24 @@ int main(int argc, char** argv) {
                 static_cast<long long>(a.layers), static_cast<long long>(a.width), static_cast<long long>(a.batch), n,
                 a.steps);
     std::printf("bytes per parameter of the model on each rank, at the step\n");
-    std::printf("%-12s %-7s %9s %8s %7s %6s %8s %8s %6s %11s\n", "weights", "mode", "step ms", "vs DDP", "params",
-                "grads", "masters", "moments", "total", "ZeRO paper");
+    std::printf("%-12s %-7s %9s %8s %7s %6s %8s %8s %6s %11s %9s\n", "weights", "mode", "step ms", "vs DDP", "params",
+                "grads", "masters", "moments", "total", "ZeRO paper", "peak MiB");
   }
   for (bool bf16 : {false, true}) {
     double ddp_s = 0;
     for (Mode mode : {Mode::kDataParallel, Mode::kZero1, Mode::kZero2}) {
       const Row row = run(world, a, mode, bf16);
       if (mode == Mode::kDataParallel) ddp_s = row.step_s;
-      const double p = static_cast<double>(row.parameters);
+      const ag::optim::TrainingMemory& m = row.memory;
       const double w = bf16 ? 2.0 : 4.0;  // bytes of a weight (and of its gradient)
       const double paper = mode == Mode::kDataParallel ? 16.0
                            : mode == Mode::kZero1      ? 2 * w + (16.0 - 2 * w) / n
                                                        : w + (16.0 - w) / n;
       if (world.rank() == 0) {
-        std::printf("%-12s %-7s %9.1f %7.2fx %7.2f %6.2f %8.2f %8.2f %6.2f %11.2f\n", bf16 ? "bf16+masters" : "fp32",
-                    mode_name(mode), row.step_s * 1e3, row.step_s / ddp_s, row.bytes.params / p, row.bytes.grads / p,
-                    row.bytes.masters / p, row.bytes.moments / p, row.bytes.total() / p, paper);
+        std::printf("%-12s %-7s %9.1f %7.2fx %7.2f %6.2f %8.2f %8.2f %6.2f %11.2f %9.1f\n", bf16 ? "bf16+masters" : "fp32",
+                    mode_name(mode), row.step_s * 1e3, row.step_s / ddp_s, m.per_parameter(m.parameters),
+                    m.per_parameter(m.gradients), m.per_parameter(m.masters), m.per_parameter(m.optimizer_state),
+                    m.per_parameter(m.training_state()), paper, static_cast<double>(m.peak) / (1 << 20));
       }
     }
   }

@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto steps = static_cast<double>(result.train_loss.size());
     std::printf("model: %lld parameters\n", static_cast<long long>(result.parameters));
+    std::printf("memory at step %lld: %s\n", static_cast<long long>(result.memory_step),
+                result.memory.to_string().c_str());
     std::printf("trained in %.1f s (%.2f ms per step, evaluations included)\n", seconds,
                 steps > 0 ? seconds * 1e3 / steps : 0.0);
     std::printf("validation loss %.4f after %lld steps (unigram model: %.4f)", result.val_loss.back().second,

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace char_gpt {
@@ -175,9 +176,10 @@ std::pair<ag::Tensor, ag::Tensor> to_device(const std::pair<ag::Tensor, ag::Tens
 }
 
 ag::Tensor train_step(gpt::GPT& model, ag::optim::AdamW& opt, ag::amp::GradScaler& scaler, const ag::Tensor& x,
-                      const ag::Tensor& y, const TrainOptions& o, bool& stepped) {
+                      const ag::Tensor& y, const TrainOptions& o, bool& stepped, ag::optim::MemoryMeter* meter) {
   opt.zero_grad();
   const ag::Tensor loss = loss_of(model, x, y, o.precision);
+  if (meter != nullptr) meter->forward_done();
   scaler.scale(loss).backward();
   scaler.unscale_(opt);  // clip the true gradients (a pass-through in FP32)
   // The norm stays a tensor: on CUDA the host does not wait for it (on the CPU the same host loop).
@@ -227,7 +229,15 @@ TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, 
   for (; step < end; ++step) {
     const auto [x, y] = to_device(batch_for_step(corpus.train, o, step), o.device);
     bool stepped = false;
-    const ag::Tensor loss = train_step(model, opt, scaler, x, y, o, stepped);
+    // The second step holds what every later one does (the first makes the optimizer's state).
+    const bool metered = step == std::min(result.first_step + 1, end - 1);
+    std::optional<ag::optim::MemoryMeter> meter;
+    if (metered) meter.emplace(o.device);
+    const ag::Tensor loss = train_step(model, opt, scaler, x, y, o, stepped, meter ? &*meter : nullptr);
+    if (metered) {
+      result.memory = meter->read(model.parameters(), opt);
+      result.memory_step = step + 1;
+    }
     if (stepped) {
       schedule.step();
     } else {

@@ -68,6 +68,10 @@ struct TrainResult {
   int64_t first_step = 0;                             // the step this run started at (after a resume)
   int64_t parameters = 0;
   double unigram_loss = 0;                            // the validation loss of the unigram model
+  // Where one step's memory went (the run's second step, when the optimizer state exists; its
+  // first if it took one), on options.device.
+  ag::optim::TrainingMemory memory;
+  int64_t memory_step = 0;                            // the step it was measured at (1-based)
 };
 
 /// Called after each step with (step, loss, scale, val_loss or NaN).
@@ -92,9 +96,11 @@ std::pair<ag::Tensor, ag::Tensor> to_device(const std::pair<ag::Tensor, ag::Tens
 /// One training step on (x, y), which are on the model's device: zero_grad, the loss (under
 /// autocast in AMP), scaled backward, unscale_, clip_grad_norm_, scaler.step and update. Returns the
 /// loss (not read back: on CUDA the host does not wait for it); `stepped` says whether the
-/// optimizer stepped (the scaler skips steps with inf/NaN gradients).
+/// optimizer stepped (the scaler skips steps with inf/NaN gradients). With a `meter` (made before
+/// the call), it marks the end of the forward pass on it.
 ag::Tensor train_step(gpt::GPT& model, ag::optim::AdamW& opt, ag::amp::GradScaler& scaler, const ag::Tensor& x,
-                      const ag::Tensor& y, const TrainOptions& options, bool& stepped);
+                      const ag::Tensor& y, const TrainOptions& options, bool& stepped,
+                      ag::optim::MemoryMeter* meter = nullptr);
 
 /// Moves the model to options.device and trains it; with resume_path set, continues from that
 /// checkpoint (the model, optimizer, scaler, schedule and step), bit for bit as an uninterrupted

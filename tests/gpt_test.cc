@@ -118,6 +118,13 @@ TEST(GptTraining, LossFallsInFp32AndAmp) {
     if (!char_gpt::uses_grad_scaler(precision)) {
       EXPECT_EQ(r.skipped, 0) << "no scaler: no step is skipped";
     }
+    // The breakdown of step 2 that char_gpt prints: 16 bytes of AdamW state per parameter.
+    const ag::optim::TrainingMemory& m = r.memory;
+    EXPECT_EQ(r.memory_step, 2);
+    EXPECT_EQ(m.num_parameters, r.parameters);
+    EXPECT_EQ(m.training_state(), 16 * r.parameters) << char_gpt::precision_name(precision);
+    EXPECT_GT(m.activations, 0);
+    EXPECT_GE(m.peak, m.training_state() + m.activations);
   }
 }
 
