@@ -266,6 +266,7 @@ void conv_rows() {
 }  // namespace
 
 int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row reaches the log as it is measured, also when a timeout ends the run
   if (!ag::cuda_is_available()) {
     const char* required = std::getenv("AMPGRAD_REQUIRE_CUDA");
     const bool fail = required != nullptr && std::string(required) == "1";
@@ -388,9 +389,10 @@ int main() {
     }
     std::printf("\n");
   }
-  const GptRow& large = gpt_rows[1];
-  for (size_t i = 0; i < kGptComputes.size(); ++i) {
-    print_launch_profile(large.tag + " " + std::array{"fp32", "fp16 amp", "bf16 amp"}[i], large.r[i]);
+  for (const GptRow* row : {&gpt_rows[1], &gpt_rows.back()}) {
+    for (size_t i = 0; i < kGptComputes.size(); ++i) {
+      print_launch_profile(row->tag + " " + std::array{"fp32", "fp16 amp", "bf16 amp"}[i], row->r[i]);
+    }
   }
 
   conv_rows();

@@ -102,6 +102,16 @@ template <> __host__ __device__ __forceinline__ __nv_bfloat16 dstore<__nv_bfloat
   return bfloat16_of_bits(::ampgrad::bf16::from_float_bits(float_bits(v)));
 }
 
+/// A float16 widened to float as the CPU's F16C does it, NaNs too (sign and payload kept, quieted):
+/// the GPU's conversion gives every NaN input its one canonical NaN, sign dropped.
+__host__ __device__ __forceinline__ float half_to_float_keeping_nan(__half v) {
+  const uint16_t b = __half_raw(v).x;
+  if ((b & 0x7c00u) == 0x7c00u && (b & 0x03ffu) != 0) {
+    return float_of_bits((static_cast<uint32_t>(b & 0x8000u) << 16) | 0x7fc00000u | (static_cast<uint32_t>(b & 0x03ffu) << 13));
+  }
+  return __half2float(v);
+}
+
 /// Element conversion with the CPU's rounding (see ampgrad::convert in dtype.h): half<->float
 /// exact/RNE, double and int64 -> half rounded once (through double), double and int64 ->
 /// bfloat16 rounded once (directly), float -> int64 truncated with NaN and out-of-range values
@@ -120,6 +130,8 @@ __host__ __device__ __forceinline__ To dconvert(From x) {
     } else {
       return dstore<__nv_bfloat16>(dload(x));  // float, or half widened exactly
     }
+  } else if constexpr (kIsDeviceFloat8<To> && std::is_same_v<From, __half>) {
+    return dstore<To>(half_to_float_keeping_nan(x));  // the 8-bit NaN keeps the sign, as the CPU's
   } else if constexpr (kIsDeviceFloat8<To>) {
     return dstore<To>(static_cast<float>(dload(x)));  // through float, as the CPU and PyTorch
   } else if constexpr (std::is_same_v<To, __half>) {
