@@ -110,7 +110,9 @@ class ProcessGroup {
     reduce_scatter_async(output, input, op)->wait();
   }
   /// output = every rank's input end to end, in rank order (torch.distributed.all_gather_into_tensor):
-  /// output.numel() == size() * input.numel(), same dtype and device, any dtype of the table.
+  /// output.numel() == size() * input.numel(), same dtype and device, any dtype of the table. The
+  /// input may be this rank's part of the output (an alias of its elements from rank() *
+  /// input.numel() on): then it runs in place, as NCCL's and MPI's in-place all-gathers do.
   virtual std::shared_ptr<Work> all_gather_async(Tensor& output, const Tensor& input,
                                                  CheckAcrossRanks check = CheckAcrossRanks::kYes) = 0;
   /// all_gather_async, waited for.

@@ -199,8 +199,12 @@ std::shared_ptr<Work> ProcessGroupMPI::all_gather_async(Tensor& output, const Te
   const DType dtype = input.dtype();
   const int count = checked_count(input.numel(), what);
   const MPI_Comm comm = comm_;
-  const void* in = input.data_ptr();
   void* out = output.data_ptr();
+  // In place when the input is this rank's part of the output (MPI wants MPI_IN_PLACE for that).
+  const bool in_place = input.data_ptr() == static_cast<const char*>(out) + static_cast<size_t>(rank()) *
+                                                                            static_cast<size_t>(input.numel()) *
+                                                                            element_size(dtype);
+  const void* in = in_place ? MPI_IN_PLACE : input.data_ptr();
   phases.push_back({.start = [=](MPI_Request* request) {
                       const MPI_Datatype type = detail::mpi_datatype(dtype);
                       mpi_check(MPI_Iallgather(in, count, type, out, count, type, comm, request), "MPI_Iallgather");

@@ -12,6 +12,7 @@
 #include "framework/copy.h"
 #include "framework/error.h"
 #include "framework/storage_kernels.h"
+#include "framework/tensor_impl.h"
 #include "ops/reduce/reduce_kernels.h"
 
 namespace ampgrad::distributed {
@@ -32,16 +33,22 @@ void copy_elements(Tensor& dst, int64_t dst_offset, const Tensor& src, int64_t s
 }  // namespace
 
 /// Parameters of one group, one dtype and device, laid end to end and padded to a multiple of the
-/// group size: rank r owns elements [r * shard, (r + 1) * shard).
+/// group size: rank r owns elements [r * shard, (r + 1) * shard). The parameters live in flat_param
+/// (each is an alias of its elements), and so does this rank's shard, so the optimizer's step
+/// writes the parameters and the all-gather runs in place: no copy of either is kept.
 struct ZeroRedundancyOptimizer::Bucket {
   std::vector<size_t> params;  // indices into params_, in layout order
   int64_t numel = 0;           // the parameters' elements (before padding)
   int64_t shard = 0;           // elements per rank
   DType dtype = DType::kFloat32;
   Device device = Device::kCPU;
-  Tensor shard_param;          // this rank's shard: a leaf the inner optimizer updates
+  Tensor flat_param;           // the parameters end to end, then zeros
+  Tensor shard_param;          // this rank's part of flat_param: a leaf the inner optimizer updates
   size_t pending = 0;          // parameters whose gradient has not arrived in this backward
-  Tensor flat, reduced;        // in flight: every rank's gradients, and this rank's averaged shard
+  // Stage 1: the gradients end to end, all-reduced in place (the parameters' gradients alias into
+  // it, and the shard's gradient is this rank's part); kept until zero_grad. Stage 2: in flight
+  // only, every rank's gradients, reduce-scattered into `reduced`, this rank's averaged shard.
+  Tensor flat_grad, reduced;
   std::shared_ptr<Work> work;
   std::vector<uint64_t> versions;  // each parameter's version when the shard last matched it
 };
@@ -152,7 +159,8 @@ void ZeroRedundancyOptimizer::build_buckets(const std::vector<std::vector<Tensor
       bucket.dtype = lead.dtype();
       bucket.device = lead.device();
       bucket.shard = (bucket.numel + n - 1) / n;
-      bucket.shard_param = zeros({bucket.shard}, bucket.dtype, bucket.device);  // the padding stays 0
+      bucket.flat_param = zeros({bucket.shard * n}, bucket.dtype, bucket.device);  // the padding stays 0
+      bucket.shard_param = alias_elements(bucket.flat_param, group_.rank() * bucket.shard, {bucket.shard});
       bucket.shard_param.set_requires_grad(true);
       bucket.versions.assign(bucket.params.size(), 0);  // filled by refresh_shards below
       bucket.pending = bucket.params.size();
@@ -162,7 +170,10 @@ void ZeroRedundancyOptimizer::build_buckets(const std::vector<std::vector<Tensor
     }
     first += groups[g].size();
   }
-  for (const Tensor& p : params_) stats_.parameters += p.numel();
+  for (const Tensor& p : params_) {
+    stats_.parameters += p.numel();
+    shape_of_.push_back(p.shape());
+  }
   stats_.buckets = static_cast<int64_t>(buckets_.size());
   refresh_shards(/*force=*/true);
   optimizer_ = make(shard_groups);
@@ -177,37 +188,64 @@ void ZeroRedundancyOptimizer::on_gradient_ready(size_t index) {
            "every parameter");
   ready_[index] = true;
   ++ready_count_;
-  --buckets_[bucket_of_[index]].pending;
+  Bucket& bucket = buckets_[bucket_of_[index]];
+  if (options_.stage == 1) adopt_gradient(bucket, index);
+  --bucket.pending;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(buckets_[next_launch_++]);
   if (ready_count_ == params_.size()) finish_reduction();
 }
 
+void ZeroRedundancyOptimizer::adopt_gradient(Bucket& bucket, size_t index) {
+  Tensor& p = params_[index];
+  if (!bucket.flat_grad.defined()) {
+    bucket.flat_grad = zeros({bucket.shard * group_.size()}, bucket.dtype, bucket.device);  // the padding stays 0
+  }
+  if (is_alias_at(p.grad(), bucket.flat_grad, offset_of_[index])) return;  // accumulated in place
+  check_unchanged(bucket, index);
+  copy_elements(bucket.flat_grad, offset_of_[index], p.grad(), 0, p.numel());
+  p.set_grad(alias_elements(bucket.flat_grad, offset_of_[index], p.shape()));  // the fresh one is freed
+}
+
 void ZeroRedundancyOptimizer::launch(Bucket& bucket) {
+  if (options_.stage == 1) {
+    // As DistributedDataParallel's buckets: every rank ends with the averaged gradients, the
+    // shard's among them, in the buffer the parameters' gradients alias.
+    bucket.work = group_.all_reduce_async(bucket.flat_grad, ReduceOp::kAvg, CheckAcrossRanks::kNo);
+    return;
+  }
   const int n = group_.size();
-  bucket.flat = zeros({bucket.shard * n}, bucket.dtype, bucket.device);  // the padding stays 0
+  bucket.flat_grad = zeros({bucket.shard * n}, bucket.dtype, bucket.device);  // the padding stays 0
   for (size_t i : bucket.params) {
     Tensor& p = params_[i];
-    copy_elements(bucket.flat, offset_of_[i], p.grad(), 0, p.numel());
-    if (options_.stage == 2) p.set_grad(Tensor());  // only the averaged shard is kept
+    copy_elements(bucket.flat_grad, offset_of_[i], p.grad(), 0, p.numel());
+    p.set_grad(Tensor());  // only the averaged shard is kept
   }
   bucket.reduced = Tensor::empty({bucket.shard}, bucket.dtype, bucket.device);
-  bucket.work = group_.reduce_scatter_async(bucket.reduced, bucket.flat, ReduceOp::kAvg, CheckAcrossRanks::kNo);
+  bucket.work =
+      group_.reduce_scatter_async(bucket.reduced, bucket.flat_grad, ReduceOp::kAvg, CheckAcrossRanks::kNo);
 }
 
 void ZeroRedundancyOptimizer::finish_reduction() {
   for (Bucket& bucket : buckets_) {
     bucket.work->wait();
     bucket.work.reset();
-    bucket.flat = Tensor();
-    Tensor grad = bucket.shard_param.grad();
-    // Stage 1: the parameters' gradients accumulate across backwards, so the shard is replaced by
-    // the reduction of the sum; stage 2 released them, so the shard accumulates the reductions.
-    if (options_.stage == 2 && grad.defined()) {
-      accumulate_(grad, bucket.reduced);
+    if (options_.stage == 1) {
+      // The parameters' gradients (averaged) accumulate across backwards in flat_grad, and the
+      // next reduction of the sum is the average of the sum again; the shard reads its part.
+      if (!is_alias_at(bucket.shard_param.grad(), bucket.flat_grad, group_.rank() * bucket.shard)) {
+        bucket.shard_param.set_grad(alias_elements(bucket.flat_grad, group_.rank() * bucket.shard, {bucket.shard}));
+      }
     } else {
-      bucket.shard_param.set_grad(bucket.reduced);
+      // The parameters' gradients were released, so the shard accumulates the reductions.
+      bucket.flat_grad = Tensor();
+      Tensor grad = bucket.shard_param.grad();
+      if (grad.defined()) {
+        accumulate_(grad, bucket.reduced);
+      } else {
+        bucket.shard_param.set_grad(bucket.reduced);
+      }
+      bucket.reduced = Tensor();
     }
-    bucket.reduced = Tensor();
     bucket.pending = bucket.params.size();
   }
   ready_.assign(params_.size(), false);
@@ -232,17 +270,37 @@ void ZeroRedundancyOptimizer::copy_to_shard(const Bucket& bucket, size_t index, 
   copy_elements(shard, lo - begin, source, lo - first, hi - lo);
 }
 
+void ZeroRedundancyOptimizer::check_unchanged(const Bucket& bucket, size_t index) const {
+  const Tensor& p = params_[index];
+  AG_CHECK(p.dtype() == bucket.dtype && p.device() == bucket.device && p.shape() == shape_of_[index],
+           "ZeroRedundancyOptimizer: parameter ", index, " is now ", p.to_string(), ", but it was ",
+           dtype_name(bucket.dtype), " ", shape_to_string(shape_of_[index]), " on ", bucket.device, " when it was ",
+           "sharded; hint: move or convert the model (model.to) before building the ZeroRedundancyOptimizer");
+}
+
+bool ZeroRedundancyOptimizer::place_in_bucket(Bucket& bucket, size_t index) {
+  Tensor& p = params_[index];
+  if (is_alias_at(p, bucket.flat_param, offset_of_[index])) return false;
+  check_unchanged(bucket, index);
+  copy_elements(bucket.flat_param, offset_of_[index], p, 0, p.numel());
+  const Tensor grad = p.grad();  // set_data clears it
+  p.set_data(alias_elements(bucket.flat_param, offset_of_[index], p.shape()));
+  if (grad.defined()) p.set_grad(grad);
+  return true;
+}
+
 void ZeroRedundancyOptimizer::refresh_shards(bool force) {
   for (Bucket& bucket : buckets_) {
     bool changed = force;
-    for (size_t k = 0; k < bucket.params.size(); ++k) changed |= params_[bucket.params[k]].version() != bucket.versions[k];
-    if (!changed) continue;
     for (size_t k = 0; k < bucket.params.size(); ++k) {
       const size_t i = bucket.params[k];
-      copy_to_shard(bucket, i, bucket.shard_param, params_[i]);
-      bucket.versions[k] = params_[i].version();
+      // A parameter given new storage (set_data, or a load that replaces it) moves back into the bucket.
+      changed |= place_in_bucket(bucket, i);
+      changed |= params_[i].version() != bucket.versions[k];
     }
-    bucket.shard_param.bump_version();
+    if (!changed) continue;
+    for (size_t k = 0; k < bucket.params.size(); ++k) bucket.versions[k] = params_[bucket.params[k]].version();
+    bucket.shard_param.bump_version();  // the optimizer remakes the shard's master from its values
   }
 }
 
@@ -259,20 +317,17 @@ void ZeroRedundancyOptimizer::check_reduced() const {
 }
 
 void ZeroRedundancyOptimizer::gather_parameters() {
-  const int n = group_.size();
-  std::vector<Tensor> full(buckets_.size());
   std::vector<std::shared_ptr<Work>> works;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    full[b] = Tensor::empty({buckets_[b].shard * n}, buckets_[b].dtype, buckets_[b].device);
-    works.push_back(group_.all_gather_async(full[b], buckets_[b].shard_param, CheckAcrossRanks::kNo));
+  for (Bucket& bucket : buckets_) {
+    // In place: the shard is flat_param's own part (the step wrote it there), the rest arrives.
+    works.push_back(group_.all_gather_async(bucket.flat_param, bucket.shard_param, CheckAcrossRanks::kNo));
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     works[b]->wait();
     Bucket& bucket = buckets_[b];
     for (size_t k = 0; k < bucket.params.size(); ++k) {
       Tensor& p = params_[bucket.params[k]];
-      copy_elements(p, 0, full[b], offset_of_[bucket.params[k]], p.numel());
-      p.bump_version();
+      p.bump_version();  // written through flat_param: saved tensors and caches must see it
       bucket.versions[k] = p.version();
     }
   }
@@ -282,6 +337,7 @@ void ZeroRedundancyOptimizer::gather_parameters() {
 void ZeroRedundancyOptimizer::zero_grad() {
   optimizer_->zero_grad();
   for (Tensor& p : params_) p.set_grad(Tensor());
+  for (Bucket& bucket : buckets_) bucket.flat_grad = Tensor();
 }
 
 double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, nn::utils::ClipGradNormOptions options) {

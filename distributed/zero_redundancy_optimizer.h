@@ -1,7 +1,9 @@
 // ZeroRedundancyOptimizer: ZeRO stage 1 (and 2) over a process group. Each rank keeps the FP32
-// masters and optimizer state of one shard of the parameters: gradients are reduce-scattered
-// (averaged) in buckets while backward runs, each rank steps its shard with an ordinary optimizer,
-// and the updated shards are all-gathered back into every rank's parameters.
+// masters and optimizer state of one shard of the parameters: gradients are averaged in buckets
+// while backward runs (all-reduced at stage 1, reduce-scattered at stage 2), each rank steps its
+// shard with an ordinary optimizer, and the updated shards are all-gathered back into every rank's
+// parameters. The parameters live in one flat buffer per bucket (each an alias of its elements),
+// and the shard is this rank's part of it, so the step and the all-gather write them in place.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +23,12 @@ namespace ampgrad::distributed {
 
 /// How ZeroRedundancyOptimizer shards, buckets and starts.
 struct ZeroOptions {
-  /// 1 (ZeRO stage 1): the masters and optimizer state are sharded; each parameter keeps its own
-  /// gradient as backward accumulated it (this rank's, not averaged). 2 (stage 2): the gradients
-  /// too: each parameter's gradient is released as soon as its bucket is reduce-scattered, so only
-  /// the averaged shard stays.
+  /// 1 (ZeRO stage 1): the masters and optimizer state are sharded; the gradients are all-reduced
+  /// in place in their buckets as DistributedDataParallel's are, so each parameter's gradient is
+  /// the average over the ranks and the shard's gradient is a part of the same buffer (2 + 2 +
+  /// 12/N bytes per parameter with 16-bit weights and Adam). 2 (stage 2): the gradients too: each
+  /// bucket is reduce-scattered and its parameters' gradients released, so only the averaged
+  /// shard stays (2 + 14/N).
   int stage = 1;
   /// A bucket closes once it holds this many MiB of gradients (as DistributedDataParallel's).
   double bucket_cap_mb = 25.0;
@@ -63,16 +67,23 @@ ShardOptimizerFactory shard_optimizer(Options defaults, std::vector<std::optiona
   };
 }
 
-/// PyTorch's ZeroRedundancyOptimizer (with DeepSpeed's reduce-scatter, so no rank ever holds the
-/// averaged gradient of what it does not update). The loop is the usual one, on optimizer():
-///   scaler.scale(loss).backward();   // buckets are reduce-scattered as their gradients arrive
+/// PyTorch's ZeroRedundancyOptimizer, with DeepSpeed's stage 2 as an option (the reduce-scatter,
+/// so no rank holds the averaged gradient of what it does not update). The loop is the usual one,
+/// on optimizer():
+///   scaler.scale(loss).backward();   // buckets are averaged as their gradients arrive (stage 1
+///                                    // all-reduces them in place, stage 2 reduce-scatters them)
 ///   scaler.unscale_(zero.optimizer()); zero.clip_grad_norm_(1.0);   // optional
 ///   scaler.step(zero.optimizer());   // steps this rank's shard, then all-gathers every shard
 ///   scaler.update();  zero.zero_grad();
 /// Every rank's parameter lists must match (names aside); every parameter that requires grad must
 /// get a gradient in every backward. The found-inf flag of GradScaler is MAX-reduced over the ranks
 /// (by init_process_group's agreement, or, where none is installed, by one this object installs
-/// over its group for its lifetime), so every rank skips or steps together. MasterWeights modes, parameter groups, set_lr and schedulers act on optimizer().
+/// over its group for its lifetime), so every rank skips or steps together. MasterWeights modes,
+/// parameter groups, set_lr and schedulers act on optimizer(). unscale_ and the step touch this
+/// rank's shard only: at stage 1 the rest of each parameter's gradient stays averaged but scaled.
+/// Construction re-points the parameters into the flat buffers (set_data): move or convert the
+/// model before, not after; a parameter given new storage of the same shape and dtype is copied
+/// back into its bucket at the next backward.
 class ZeroRedundancyOptimizer {
  public:
   /// Shards `params` (the ones that require grad; leaves on the group's device, each listed once)
@@ -131,6 +142,13 @@ class ZeroRedundancyOptimizer {
   struct Bucket;
   void build_buckets(const std::vector<std::vector<Tensor>>& groups, const ShardOptimizerFactory& make);
   void on_gradient_ready(size_t index);
+  // Stage 1: parameter `index`'s gradient moves into the bucket's flat_grad (its own becomes an alias).
+  void adopt_gradient(Bucket& bucket, size_t index);
+  // Makes parameter `index` an alias of its elements of the bucket's flat_param (copying its
+  // values there) unless it is one; returns whether it moved.
+  bool place_in_bucket(Bucket& bucket, size_t index);
+  // Throws unless parameter `index` has the dtype, device and shape it was sharded with.
+  void check_unchanged(const Bucket& bucket, size_t index) const;
   void launch(Bucket& bucket);
   void finish_reduction();
   void before_step();
@@ -146,6 +164,7 @@ class ZeroRedundancyOptimizer {
   ZeroOptions options_;
   std::vector<Tensor> params_;
   std::vector<size_t> group_of_;  // each parameter's group
+  std::vector<Shape> shape_of_;  // each parameter's shape when sharded
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // each parameter's bucket
   std::vector<int64_t> offset_of_;  // its first element in the bucket

@@ -145,14 +145,24 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto steps = static_cast<double>(result.train_loss.size());
     std::printf("model: %lld parameters\n", static_cast<long long>(result.parameters));
-    std::printf("memory at step %lld: %s\n", static_cast<long long>(result.memory_step),
-                result.memory.to_string().c_str());
+    if (result.memory_step > 0) {
+      std::printf("memory at step %lld: %s\n", static_cast<long long>(result.memory_step),
+                  result.memory.to_string().c_str());
+    }
     std::printf("trained in %.1f s (%.2f ms per step, evaluations included)\n", seconds,
                 steps > 0 ? seconds * 1e3 / steps : 0.0);
-    std::printf("validation loss %.4f after %lld steps (unigram model: %.4f)", result.val_loss.back().second,
-                static_cast<long long>(result.val_loss.back().first), result.unigram_loss);
-    if (amp) std::printf(", %lld steps skipped, final scale %.0f", static_cast<long long>(result.skipped), result.scale.back());
-    std::printf("\n");
+    if (result.val_loss.empty()) {  // a resume at or past --steps
+      std::printf("no step to take: the checkpoint is at step %lld of %lld\n",
+                  static_cast<long long>(result.first_step), static_cast<long long>(options.steps));
+    } else {
+      std::printf("validation loss %.4f after %lld steps (unigram model: %.4f)", result.val_loss.back().second,
+                  static_cast<long long>(result.val_loss.back().first), result.unigram_loss);
+      if (amp) {
+        std::printf(", %lld steps skipped, final scale %.0f", static_cast<long long>(result.skipped),
+                    result.scale.back());
+      }
+      std::printf("\n");
+    }
     if (!options.save_path.empty()) std::printf("checkpoint: %s\n", options.save_path.c_str());
     if (!plot_dir.empty()) {
       const training_plots::Curves curves{.title = std::string("char_gpt, ") + char_gpt::precision_name(options.precision),

@@ -229,10 +229,14 @@ TrainResult train(const Corpus& corpus, const TrainOptions& o, gpt::GPT& model, 
   for (; step < end; ++step) {
     const auto [x, y] = to_device(batch_for_step(corpus.train, o, step), o.device);
     bool stepped = false;
-    // The second step holds what every later one does (the first makes the optimizer's state).
-    const bool metered = step == std::min(result.first_step + 1, end - 1);
+    // The first step after one that stepped holds what every later one does (a step makes the
+    // optimizer's state); the last one if none did.
+    const bool metered = result.memory_step == 0 && (opt.steps_taken() > 0 || step == end - 1);
     std::optional<ag::optim::MemoryMeter> meter;
-    if (metered) meter.emplace(o.device);
+    if (metered) {
+      opt.zero_grad();  // train_step's own: so the last step's gradients are not in what the meter starts from
+      meter.emplace(o.device);
+    }
     const ag::Tensor loss = train_step(model, opt, scaler, x, y, o, stepped, meter ? &*meter : nullptr);
     if (metered) {
       result.memory = meter->read(model.parameters(), opt);

@@ -68,10 +68,10 @@ struct TrainResult {
   int64_t first_step = 0;                             // the step this run started at (after a resume)
   int64_t parameters = 0;
   double unigram_loss = 0;                            // the validation loss of the unigram model
-  // Where one step's memory went (the run's second step, when the optimizer state exists; its
-  // first if it took one), on options.device.
+  // Where one step's memory went, on options.device: the first step of the run after the
+  // optimizer stepped (so its state exists), else the run's last.
   ag::optim::TrainingMemory memory;
-  int64_t memory_step = 0;                            // the step it was measured at (1-based)
+  int64_t memory_step = 0;                            // the step it was measured at (1-based; 0: none ran)
 };
 
 /// Called after each step with (step, loss, scale, val_loss or NaN).

@@ -27,6 +27,8 @@ class Allocator {
   virtual MemoryStats stats() const = 0;
   /// Starts the peak over from the bytes held now.
   virtual void reset_peak() = 0;
+  /// Makes the peak at least `bytes`: a measurement that reset it gives the earlier peak back.
+  virtual void raise_peak(int64_t bytes) = 0;
   /// Gives cached free blocks back to the system; live blocks are untouched.
   virtual void empty_cache() = 0;
 };

@@ -62,6 +62,11 @@ void CachingAllocator::reset_peak() {
   stats_.peak_bytes = stats_.current_bytes;
 }
 
+void CachingAllocator::raise_peak(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes > stats_.peak_bytes) stats_.peak_bytes = bytes;
+}
+
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   release_cache_locked();

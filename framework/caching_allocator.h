@@ -60,6 +60,7 @@ class CachingAllocator final : public Allocator {
   void deallocate(void* ptr, size_t nbytes) override;
   MemoryStats stats() const override;
   void reset_peak() override;
+  void raise_peak(int64_t bytes) override;
   /// Gives every cached free block back. Each block leaves the cache before it is released, so a
   /// release that throws leaves the rest cached and no block is ever released twice.
   void empty_cache() override;

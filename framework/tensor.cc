@@ -23,7 +23,17 @@ Storage::Storage(size_t nbytes_in, Device device_in)
 Storage::Storage(size_t nbytes_in, Allocator& pinned_host)
     : allocator(&pinned_host), data(allocator->allocate(nbytes_in)), nbytes(nbytes_in), pinned(true) {}
 
-Storage::~Storage() { allocator->deallocate(data, nbytes); }
+Storage::Storage(std::shared_ptr<Storage> of, size_t offset, size_t nbytes_in)
+    : nbytes(nbytes_in), device(of->device), pinned(of->pinned) {
+  AG_CHECK(offset + nbytes_in <= of->nbytes, "an alias of bytes [", offset, ", ", offset + nbytes_in,
+           ") runs past the end of a storage of ", of->nbytes, " bytes");
+  data = static_cast<char*>(of->data) + offset;
+  base = of->base ? of->base : std::move(of);  // an alias of an alias lies in the first one's base
+}
+
+Storage::~Storage() {
+  if (allocator != nullptr) allocator->deallocate(data, nbytes);
+}
 
 TensorImpl::~TensorImpl() { release_node(grad_fn); }
 
@@ -237,6 +247,31 @@ void* Tensor::data_ptr() { return checked(impl_).storage->data; }
 const void* Tensor::data_ptr() const { return checked(impl_).storage->data; }
 uint64_t Tensor::version() const { return checked(impl_).storage->version; }
 void Tensor::bump_version() { ++checked(impl_).storage->version; }
+
+Tensor alias_elements(const Tensor& base, int64_t offset, const Shape& shape) {
+  const TensorImpl& b = *base.impl_ptr();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->numel = shape_numel(shape);
+  impl->shape = shape;
+  impl->dtype = b.dtype;
+  AG_CHECK(offset >= 0 && offset + impl->numel <= b.numel, "alias_elements: elements [", offset, ", ",
+           offset + impl->numel, ") of ", base.to_string(), " are out of range");
+  const size_t bytes = element_size(b.dtype);
+  impl->storage = std::make_shared<Storage>(b.storage, static_cast<size_t>(offset) * bytes,
+                                            static_cast<size_t>(impl->numel) * bytes);
+  return Tensor(std::move(impl));
+}
+
+bool is_alias_at(const Tensor& t, const Tensor& base, int64_t offset) {
+  return t.defined() && base.defined() && t.dtype() == base.dtype() && t.device() == base.device() &&
+         offset >= 0 && offset + t.numel() <= base.numel() &&
+         t.data_ptr() == static_cast<const char*>(base.data_ptr()) + static_cast<size_t>(offset) * element_size(t.dtype());
+}
+
+const Storage& allocation_of(const Tensor& t) {
+  const Storage& s = *t.impl_ptr()->storage;
+  return s.base ? *s.base : s;
+}
 
 Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
 Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }

@@ -15,17 +15,32 @@ struct Storage {
   Storage(size_t nbytes, Device device);  // from allocator_for(device)
   /// Page-locked host memory from `pinned_host` (Tensor::pin_memory): a CPU storage with pinned set.
   Storage(size_t nbytes, Allocator& pinned_host);
+  /// nbytes of `base` from byte `offset` on: an alias that keeps base alive and frees nothing.
+  Storage(std::shared_ptr<Storage> base, size_t offset, size_t nbytes);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  Allocator* allocator = nullptr;  // where data came from, and goes back to
+  Allocator* allocator = nullptr;  // where data came from, and goes back to (null for an alias)
+  std::shared_ptr<Storage> base;   // the storage an alias lies in (null otherwise)
   void* data = nullptr;
   size_t nbytes = 0;
   Device device = Device::kCPU;
   bool pinned = false;
-  uint64_t version = 0;
+  uint64_t version = 0;  // an alias counts its own writes only
 };
+
+/// A tensor of `shape` over base's elements [offset, offset + numel(shape)) (base's dtype and
+/// device): writes through either are seen by the other, and it keeps base's bytes alive. Flat
+/// buffers are made of these (ZeroRedundancyOptimizer lays its parameters, their shards and their
+/// gradients in one per bucket, so the collectives run in place). Its version counts writes made
+/// through it only: whoever writes through one bumps the others it must invalidate.
+Tensor alias_elements(const Tensor& base, int64_t offset, const Shape& shape);
+/// Whether t's elements are base's [offset, offset + t.numel()): same bytes, dtype and device.
+bool is_alias_at(const Tensor& t, const Tensor& base, int64_t offset);
+/// The allocation t's bytes lie in (an alias's base; t's own storage otherwise), and its size: what
+/// memory accounting counts once.
+const Storage& allocation_of(const Tensor& t);
 
 struct PostAccumulateGradHooks;  // autograd.h
 struct Float8LinearState;        // float8_scaling.h

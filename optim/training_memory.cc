@@ -5,23 +5,26 @@
 
 #include "framework/allocator.h"
 #include "framework/dtype.h"
+#include "framework/tensor_impl.h"
 
 namespace ampgrad::optim {
 namespace {
 
-// Adds a tensor's bytes to `total` once per storage, and only for tensors on the device counted.
+// Adds the bytes of a tensor's allocation to `total` once per allocation (a flat buffer and the
+// tensors that alias into it count once), and only for tensors on the device counted.
 class StorageCounter {
  public:
   explicit StorageCounter(Device device) : device_(device) {}
   void add(const Tensor& t, int64_t& total) {
     if (!t.defined() || t.device() != device_ || t.numel() == 0) return;
-    if (!seen_.insert(t.data_ptr()).second) return;
-    total += t.numel() * static_cast<int64_t>(element_size(t.dtype()));
+    const Storage& allocation = allocation_of(t);
+    if (!seen_.insert(&allocation).second) return;
+    total += static_cast<int64_t>(allocation.nbytes);
   }
 
  private:
   Device device_;
-  std::unordered_set<const void*> seen_;
+  std::unordered_set<const Storage*> seen_;
 };
 
 }  // namespace
@@ -63,16 +66,18 @@ TrainingMemory training_state_bytes(const std::vector<Tensor>& model_parameters,
 
 MemoryMeter::MemoryMeter(Device device) : device_(device) {
   Allocator& allocator = allocator_for(device);
+  peak_before_ = allocator.stats().peak_bytes;
   allocator.reset_peak();
   held_at_start_ = allocator.stats().current_bytes;
 }
 
 void MemoryMeter::forward_done() { activations_ = memory_stats(device_).current_bytes - held_at_start_; }
 
-TrainingMemory MemoryMeter::read(const std::vector<Tensor>& model_parameters, const Optimizer& optimizer) const {
+TrainingMemory MemoryMeter::read(const std::vector<Tensor>& model_parameters, const Optimizer& optimizer) {
   TrainingMemory m = training_state_bytes(model_parameters, optimizer, device_);
   m.activations = activations_;
   m.peak = memory_stats(device_).peak_bytes;
+  allocator_for(device_).raise_peak(peak_before_);
   return m;
 }
 

@@ -18,7 +18,9 @@ namespace ampgrad::optim {
 /// shared by several tensors (a float32 parameter that is its own master) counts once.
 struct TrainingMemory {
   int64_t parameters = 0;  ///< the model's parameters, and any the optimizer steps in their place (ZeRO's shards)
-  int64_t gradients = 0;  ///< their gradients, with the FP32 gradients GradScaler::unscale_ keeps on masters
+  /// Their gradients, and FP32 gradients GradScaler::unscale_ put on masters where they still are
+  /// (the step drops those: read after it, they show in the peak only).
+  int64_t gradients = 0;
   int64_t masters = 0;  ///< FP32 master copies of 16-bit parameters
   int64_t optimizer_state = 0;  ///< moments and momentum buffers
   /// What the forward pass left held for the backward: the device's bytes when the loss was
@@ -47,7 +49,8 @@ TrainingMemory training_state_bytes(const std::vector<Tensor>& model_parameters,
 
 /// Measures one training step's memory on a device:
 ///
-///     optim::MemoryMeter meter(Device::kCPU);   // before the forward pass: starts the peak over
+///     optimizer.zero_grad();
+///     optim::MemoryMeter meter(Device::kCPU);   // after zero_grad, before the forward pass
 ///     Tensor loss = loss_of(model(x), y);
 ///     meter.forward_done();                     // the activations kept for the backward
 ///     loss.backward();
@@ -55,21 +58,23 @@ TrainingMemory training_state_bytes(const std::vector<Tensor>& model_parameters,
 ///     optim::TrainingMemory m = meter.read(model.parameters(), optimizer);
 ///
 /// The figures come from the device's allocator (memory_stats), so they include everything the
-/// process allocates there, as PyTorch's torch.cuda.max_memory_allocated does; run one step at a
-/// time. Resetting the peak is process-wide (memory_stats' peak starts over too).
+/// process allocates there, as PyTorch's torch.cuda.max_memory_allocated does; meter one step at
+/// a time. The meter starts the device's peak over (process-wide) and read() raises it back to
+/// the peak before, so memory_stats' peak reads as if it had not been reset.
 class MemoryMeter {
  public:
-  /// Starts the device's peak over and records what is held now.
+  /// Starts the device's peak over and records what is held now (and the peak so far).
   explicit MemoryMeter(Device device);
   /// Records the activations: call right after the loss is computed, before backward().
   void forward_done();
   /// The step's breakdown: training_state_bytes, with the activations (0 if forward_done was not
-  /// called) and the peak since construction.
-  TrainingMemory read(const std::vector<Tensor>& model_parameters, const Optimizer& optimizer) const;
+  /// called) and the peak since construction; then gives the device its earlier peak back.
+  TrainingMemory read(const std::vector<Tensor>& model_parameters, const Optimizer& optimizer);
 
  private:
   Device device_;
   int64_t held_at_start_ = 0;
+  int64_t peak_before_ = 0;
   int64_t activations_ = 0;
 };
 

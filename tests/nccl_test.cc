@@ -1,6 +1,7 @@
 // The NCCL process group as a single-rank job on one GPU (NCCL refuses two ranks on one GPU):
-// its collectives, a device mismatch in either direction, and DistributedDataParallel on CUDA
-// matching plain training bit for bit. Skips without NCCL in the build or without a GPU.
+// its collectives (reduce-scatter and all-gather, out of place and in place), a device mismatch in
+// either direction, and DistributedDataParallel and ZeroRedundancyOptimizer (stages 1 and 2) on
+// CUDA matching plain training bit for bit. Skips without NCCL in the build or without a GPU.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -10,7 +11,10 @@
 #include "amp/grad_scaler.h"
 #include "distributed/data_parallel.h"
 #include "distributed/process_group.h"
+#include "distributed/zero_redundancy_optimizer.h"
+#include "framework/copy.h"
 #include "framework/device.h"
+#include "framework/tensor_impl.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/linear.h"
@@ -60,6 +64,21 @@ TEST(Nccl, CollectivesOnOneRank) {
   EXPECT_EQ(b.to_vector(), std::vector<float>(5, 7.0f));
   nccl().barrier();
   EXPECT_EQ(nccl().all_reduce_int(3, dist::ReduceOp::kSum), 3);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    const Tensor values = Tensor::from_vector(std::vector<float>{1, -2, 0.5f, 3}, {4}, dtype, Device::kCUDA);
+    Tensor out = ag::zeros({4}, dtype, Device::kCUDA);
+    nccl().reduce_scatter(out, values, dist::ReduceOp::kAvg);
+    EXPECT_EQ(out.to_vector(), values.to_vector()) << ag::dtype_name(dtype);
+    Tensor gathered = ag::zeros({4}, dtype, Device::kCUDA);
+    nccl().all_gather(gathered, values);
+    EXPECT_EQ(gathered.to_vector(), values.to_vector()) << ag::dtype_name(dtype);
+    // In place, as ZeRO's flat buffers gather: the input is the output's own (only) part.
+    Tensor flat = ag::full({4}, 7.0, dtype, Device::kCUDA);
+    Tensor part = ag::alias_elements(flat, 0, {4});
+    ag::copy_(part, values);
+    nccl().all_gather(flat, part);
+    EXPECT_EQ(flat.to_vector(), values.to_vector()) << ag::dtype_name(dtype);
+  }
 }
 
 TEST(Nccl, TensorsOnTheWrongDeviceAreErrors) {
@@ -75,9 +94,14 @@ TEST(Nccl, TensorsOnTheWrongDeviceAreErrors) {
   EXPECT_ERROR([&] { dist::DistributedDataParallel ddp(model, nccl()); }, "is on cpu", "reduces cuda tensors");
 }
 
-// AMP training on the GPU, wrapped or not: with one rank the average is the identity, so the
-// wrapper must not change a bit.
-std::vector<std::vector<double>> train_cuda(bool wrapped) {
+// AMP training on the GPU: plain, under DistributedDataParallel, or with ZeroRedundancyOptimizer
+// at stage 1 or 2. With one rank the average is the identity and the shard is the whole model, so
+// neither wrapper may change a bit.
+enum class Wrapper { kNone, kDataParallel, kZero1, kZero2 };
+
+std::vector<std::vector<double>> train_cuda(Wrapper wrapper) {
+  const bool wrapped = wrapper == Wrapper::kDataParallel;
+  const bool zero = wrapper == Wrapper::kZero1 || wrapper == Wrapper::kZero2;
   ag::manual_seed(5);
   ag::nn::Sequential model{ag::nn::Linear(16, 64), ag::nn::ReLU(), ag::nn::Linear(64, 1)};
   model.to(Device::kCUDA);
@@ -85,11 +109,24 @@ std::vector<std::vector<double>> train_cuda(bool wrapped) {
   if (wrapped) ddp = std::make_unique<dist::DistributedDataParallel>(model, nccl(), dist::DataParallelOptions{
                                                                                     .first_bucket_cap_mb = 0.001});
   ag::nn::Module& net = ddp ? static_cast<ag::nn::Module&>(*ddp) : model;
-  ag::optim::Adam opt(model.parameters(), {.lr = 1e-3});
+  std::unique_ptr<ag::optim::Adam> plain;
+  std::unique_ptr<dist::ZeroRedundancyOptimizer> sharded;
+  if (zero) {
+    sharded = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        model.parameters(), dist::shard_optimizer<ag::optim::Adam>({.lr = 1e-3}), nccl(),
+        dist::ZeroOptions{.stage = wrapper == Wrapper::kZero1 ? 1 : 2, .first_bucket_cap_mb = 0.001});
+  } else {
+    plain = std::make_unique<ag::optim::Adam>(model.parameters(), ag::optim::Adam::Options{.lr = 1e-3});
+  }
+  ag::optim::Optimizer& opt = zero ? sharded->optimizer() : *plain;
   ag::amp::GradScaler scaler;
   for (int step = 0; step < 10; ++step) {
     const Tensor x = ag::randn({32, 16}).to(Device::kCUDA), y = ag::randn({32, 1}).to(Device::kCUDA);
-    opt.zero_grad();
+    if (sharded) {
+      sharded->zero_grad();
+    } else {
+      opt.zero_grad();
+    }
     Tensor loss;
     {
       ag::amp::AutocastGuard autocast(Device::kCUDA, DType::kFloat16);
@@ -109,7 +146,14 @@ std::vector<std::vector<double>> train_cuda(bool wrapped) {
 
 TEST(Nccl, DataParallelOnOneGpuMatchesPlainTraining) {
   REQUIRE_GPU();
-  EXPECT_EQ(train_cuda(true), train_cuda(false));
+  EXPECT_EQ(train_cuda(Wrapper::kDataParallel), train_cuda(Wrapper::kNone));
+}
+
+TEST(Nccl, ZeroOnOneGpuMatchesPlainTraining) {
+  REQUIRE_GPU();
+  const auto plain = train_cuda(Wrapper::kNone);
+  EXPECT_EQ(train_cuda(Wrapper::kZero1), plain) << "stage 1";
+  EXPECT_EQ(train_cuda(Wrapper::kZero2), plain) << "stage 2";
 }
 
 #else

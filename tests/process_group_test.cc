@@ -14,6 +14,8 @@
 #include "framework/dtype.h"
 #include "framework/error.h"
 #include "framework/tensor.h"
+#include "framework/tensor_impl.h"
+#include "framework/copy.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -248,6 +250,12 @@ TEST(ProcessGroup, ReduceScatterSumAvgMaxAndAllGatherInEveryDtype) {
     std::vector<double> expected;
     for (int q = 0; q < n; ++q) expected.insert(expected.end(), {q + 1.0, -(q + 1.0)});
     EXPECT_EQ(all.to_double_vector(), expected);
+    // In place: the input is this rank's part of the output (what ZeRO's flat buffers gather).
+    Tensor flat = ag::full({2 * n}, 7.0, dtype);
+    Tensor part = ag::alias_elements(flat, 2 * r, {2});
+    ag::copy_(part, mine);
+    world().all_gather(flat, part);
+    EXPECT_EQ(flat.to_double_vector(), expected);
   }
 }
 

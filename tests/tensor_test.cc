@@ -15,6 +15,7 @@
 #include "framework/parallel.h"
 #include "framework/random.h"
 #include "framework/tensor.h"
+#include "framework/tensor_impl.h"
 #include "ops/ops.h"
 #include "test_util.h"
 
@@ -114,6 +115,37 @@ TEST(Tensor, RandnAndUniformHaveTheRightDistribution) {
     umean += v / u.size();
   }
   EXPECT_NEAR(umean, 1.0, 0.04);  // sd of the mean: 8 / sqrt(12 * 1e5) = 0.0073
+}
+
+TEST(Tensor, AnAliasSharesItsBasesElementsAndKeepsThemAlive) {
+  Tensor part;
+  const int64_t held = ag::memory_stats(ag::Device::kCPU).current_bytes;
+  {
+    Tensor base = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {6});
+    const int64_t with_base = ag::memory_stats(ag::Device::kCPU).current_bytes;
+    part = ag::alias_elements(base, 2, {2, 1});
+    EXPECT_EQ(ag::memory_stats(ag::Device::kCPU).current_bytes, with_base);  // no allocation
+    EXPECT_EQ(part.to_vector(), (std::vector<float>{2, 3}));
+    EXPECT_EQ(part.shape(), (ag::Shape{2, 1}));
+    static_cast<float*>(part.data_ptr())[1] = 30;  // writes through either are seen by the other
+    EXPECT_EQ(base.to_vector(), (std::vector<float>{0, 1, 2, 30, 4, 5}));
+    EXPECT_TRUE(ag::is_alias_at(part, base, 2));
+    EXPECT_FALSE(ag::is_alias_at(part, base, 1));
+    EXPECT_FALSE(ag::is_alias_at(Tensor::from_vector(std::vector<float>{2, 30}, {2}), base, 2));
+    EXPECT_EQ(&ag::allocation_of(part), &ag::allocation_of(base));
+    EXPECT_EQ(ag::allocation_of(part).nbytes, 6 * sizeof(float));
+    const Tensor inner = ag::alias_elements(part, 1, {1});  // an alias of an alias lies in the base
+    EXPECT_EQ(&ag::allocation_of(inner), &ag::allocation_of(base));
+    EXPECT_TRUE(ag::is_alias_at(inner, base, 3));
+    const uint64_t base_version = base.version();
+    part.bump_version();
+    EXPECT_EQ(base.version(), base_version);  // an alias counts its own writes
+    EXPECT_ERROR([&] { ag::alias_elements(base, 5, {2}); }, "alias_elements", "out of range");
+    EXPECT_ERROR([&] { ag::alias_elements(base, -1, {1}); }, "out of range");
+  }
+  EXPECT_EQ(part.to_vector(), (std::vector<float>{2, 30}));  // the base's bytes live on in the alias
+  part = Tensor();
+  EXPECT_EQ(ag::memory_stats(ag::Device::kCPU).current_bytes, held);  // and are freed with it
 }
 
 TEST(Tensor, CpuStorageIsAligned) {

@@ -137,7 +137,22 @@ TEST(TrainingMemory, ActivationsAreZeroWithoutForwardDone) {
   const TrainingMemory m = meter.read(layer.parameters(), opt);
   EXPECT_EQ(m.activations, 0);
   EXPECT_GE(m.peak, m.training_state());
-  EXPECT_EQ(ag::memory_stats(Device::kCPU).peak_bytes, m.peak) << "the meter reads the allocator's peak";
+  EXPECT_GE(ag::memory_stats(Device::kCPU).peak_bytes, m.peak) << "the meter reads the allocator's peak";
+}
+
+TEST(TrainingMemory, TheStepsPeakIsItsOwnAndTheProcessPeakIsGivenBack) {
+  ag::manual_seed(7);
+  ag::nn::Linear layer(kIn, kOut);
+  ag::optim::SGD opt(layer.parameters(), {.lr = 0.1});
+  { const Tensor big = ag::zeros({1 << 22}); }  // 16 MiB, freed before the step
+  const int64_t peak_before = ag::memory_stats(Device::kCPU).peak_bytes;
+  ASSERT_GE(peak_before, int64_t{4} << 22);
+  ag::optim::MemoryMeter meter(Device::kCPU);
+  ag::ops::mse_loss(layer(ag::randn({kBatch, kIn})), ag::randn({kBatch, kOut})).backward();
+  opt.step();
+  const TrainingMemory m = meter.read(layer.parameters(), opt);
+  EXPECT_LT(m.peak, int64_t{4} << 22) << "the step's peak, not the earlier one";
+  EXPECT_EQ(ag::memory_stats(Device::kCPU).peak_bytes, peak_before) << "memory_stats' peak as if never reset";
 }
 
 }  // namespace

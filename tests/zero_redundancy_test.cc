@@ -32,6 +32,7 @@
 #include "ops/ops.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "optim/training_memory.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -280,10 +281,13 @@ TEST(ZeroEquivalence, ParameterGroupsAndSetLrActOnTheShards) {
 }
 
 TEST(ZeroEquivalence, MatchesDistributedDataParallel) {
-  // The same data split: ZeRO's reduce-scatter and DDP's all-reduce average the same gradients.
-  const Result zero = train(shared_data(), {.end = 30});
-  const Result ddp = train(shared_data(), {.mode = Mode::kDataParallel, .end = 30});
-  EXPECT_LE(max_relative_difference(zero.params, ddp.params), 1e-6);
+  // The same data split: stage 1 all-reduces the same gradients as DDP does, stage 2
+  // reduce-scatters them, and each rank steps its shard with the same element-wise update.
+  for (int stage : {1, 2}) {
+    const Result zero = train(shared_data(), {.end = 30, .zero = {.stage = stage}});
+    const Result ddp = train(shared_data(), {.mode = Mode::kDataParallel, .end = 30});
+    EXPECT_LE(max_relative_difference(zero.params, ddp.params), world().size() <= 2 ? 0.0 : 1e-6) << "stage " << stage;
+  }
 }
 
 TEST(ZeroEquivalence, Stage2AndBucketsDoNotChangeABit) {
@@ -320,6 +324,84 @@ TEST(ZeroMemory, EachRankHoldsItsShareOfTheStateAndStage2ReleasesTheGradients) {
     for (const Tensor& s : zero.optimizer().parameters()) EXPECT_TRUE(s.grad().defined());
     zero.step();
     zero.zero_grad();
+  }
+}
+
+TEST(ZeroMemory, Stage1HoldsTheWeightsAndGradientsOnceAndOneNthOfTheRest) {
+  // 16-bit weights with FP32 masters and Adam: 2 + 2 + 12/N bytes per parameter at stage 1 and
+  // 2 + 14/N at stage 2 (the ZeRO paper's figures), padding aside: the shards are parts of the
+  // buckets' flat buffers, not copies.
+  const int n = world().size();
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    ag::nn::Sequential model = make_mlp(3);
+    model.to(DType::kBFloat16);
+    dist::ZeroRedundancyOptimizer zero(model.parameters(), dist::shard_optimizer<ag::optim::Adam>({.lr = 1e-3}),
+                                       world(), {.stage = stage, .bucket_cap_mb = 0.004, .first_bucket_cap_mb = 0.002});
+    ag::ops::mse_loss(model(shared_data().batch_x(0, 8).to(DType::kBFloat16)),
+                      shared_data().batch_y(0, 8).to(DType::kBFloat16))
+        .backward();
+    zero.step();
+    const ag::optim::TrainingMemory m = ag::optim::training_state_bytes(model.parameters(), zero.optimizer(),
+                                                                       ag::Device::kCPU);
+    const int64_t shard = zero.stats().shard_elements, whole = shard * n;  // elements, padding included
+    EXPECT_GE(zero.stats().buckets, 2);
+    EXPECT_EQ(m.num_parameters, zero.stats().parameters);
+    EXPECT_EQ(m.parameters, 2 * whole);
+    EXPECT_EQ(m.gradients, 2 * (stage == 1 ? whole : shard));
+    EXPECT_EQ(m.masters, 4 * shard);
+    EXPECT_EQ(m.optimizer_state, 8 * shard);
+    // Stage 1's gradients are the averaged ones, as DDP leaves them, on every rank.
+    if (stage == 1) {
+      ag::nn::Sequential copy = make_mlp(3);
+      copy.to(DType::kBFloat16);
+      ag::ops::mse_loss(copy(shared_data().batch_x(0, 8).to(DType::kBFloat16)),
+                        shared_data().batch_y(0, 8).to(DType::kBFloat16))
+          .backward();
+      std::vector<std::vector<double>> averaged, own;
+      for (size_t i = 0; i < model.parameters().size(); ++i) {
+        averaged.push_back(model.parameters()[i].grad().to_double_vector());
+        own.push_back(copy.parameters()[i].grad().to_double_vector());
+      }
+      // Every rank took the same batch, so the average is each rank's own gradient: exactly at 2
+      // ranks (halves are exact), to BF16's rounding of g / N otherwise (kAvg divides first).
+      EXPECT_LE(max_relative_difference(averaged, own), n <= 2 ? 0.0 : 2e-2);
+    }
+    zero.zero_grad();
+  }
+}
+
+TEST(ZeroLayout, AParameterGivenNewStorageMovesBackIntoItsBucket) {
+  // set_data (what a load that replaces storage does) between steps: the shards step from the new
+  // values, as one process's SGD does, on every rank; a new dtype is an error.
+  const int n = world().size();
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    ag::nn::Sequential model = make_mlp(4), copy = make_mlp(4);
+    dist::ZeroRedundancyOptimizer zero(model.parameters(), dist::shard_optimizer<ag::optim::SGD>({.lr = 0.1}), world(),
+                                       {.stage = stage});
+    ag::optim::SGD plain(copy.parameters(), {.lr = 0.1});
+    for (int step = 0; step < 3; ++step) {
+      if (step == 1) {
+        for (ag::nn::Module* m : {static_cast<ag::nn::Module*>(&model), static_cast<ag::nn::Module*>(&copy)}) {
+          Tensor p = m->parameters()[2];
+          p.set_data(ag::full(p.shape(), 0.125, p.dtype()));
+        }
+      }
+      // Every rank takes the whole batch, so the averaged gradient is one process's.
+      ag::ops::mse_loss(model(shared_data().batch_x(0, 8 * n)), shared_data().batch_y(0, 8 * n)).backward();
+      ag::ops::mse_loss(copy(shared_data().batch_x(0, 8 * n)), shared_data().batch_y(0, 8 * n)).backward();
+      zero.step();
+      plain.step();
+      zero.zero_grad();
+      plain.zero_grad();
+    }
+    EXPECT_LE(max_relative_difference(snapshot(model), snapshot(copy)), 1e-6);
+    EXPECT_TRUE(replicas_identical(model));
+    Tensor p = model.parameters()[0];
+    p.set_data(ag::zeros(p.shape(), DType::kFloat64));
+    EXPECT_ERROR([&] { zero.step(); }, "ZeroRedundancyOptimizer: parameter 0 is now", "float64",
+                 "hint: move or convert the model");
   }
 }
 
