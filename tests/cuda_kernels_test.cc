@@ -285,6 +285,31 @@ TEST(CudaKernels, StochasticRoundingMatchesTheCpuBitForBit) {
   }
 }
 
+// The embedding's gradient (positions sorted by id, one block per distinct id) sums each row in
+// position order as the CPU does: the same bits, with ids repeated thousands of times, ids never
+// named, and a width that is no multiple of the block.
+TEST(CudaKernels, EmbeddingGradientMatchesTheCpuBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  constexpr int64_t kVocab = 1000, kDim = 300, kIds = 6000;
+  std::vector<int64_t> id_values;
+  for (int64_t i = 0; i < kIds; ++i) id_values.push_back(i % 7 == 0 ? 3 : (i * 7919) % (kVocab / 2));  // half unused
+  Tensor ids = Tensor::empty({2, kIds / 2}, DType::kInt64);
+  std::memcpy(ids.data_ptr(), id_values.data(), sizeof(int64_t) * kIds);
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    const Tensor w0 = random_tensor({kVocab, kDim}, dtype, 5);
+    const Tensor g = random_tensor({2, kIds / 2, kDim}, dtype, 6);
+    const auto grad_on = [&](Device device) {
+      Tensor w = Tensor::empty(w0.shape(), dtype, device);
+      ag::copy_(w, w0);
+      w.set_requires_grad(true);
+      ag::ops::sum(ag::ops::embedding(ids.to(device), w) * g.to(device)).backward();
+      return w.grad().to(Device::kCPU);
+    };
+    const Tensor on_gpu = grad_on(Device::kCUDA), on_cpu = grad_on(Device::kCPU);
+    EXPECT_TRUE(agt::bytes_of(on_gpu) == agt::bytes_of(on_cpu)) << ag::dtype_name(dtype);
+  }
+}
+
 // A 16-bit gradient read widened by the CUDA pass gives the bits of the same gradient given in
 // FP32 on the master (as GradScaler's unscale_ leaves it).
 TEST(CudaKernels, A16BitGradientIsReadAsItsFloat32Value) {

@@ -1,5 +1,10 @@
-// Embedding on CUDA: a gather, one thread per element; the gradient with one thread per column
-// walking the ids in order (no atomics, so it is deterministic), summed in the compute type.
+// Embedding on CUDA: a gather, one thread per element. The gradient sorts the positions by id
+// (CUB's radix sort, which is stable), then one block per distinct id sums that id's rows in
+// position order in the compute type and rounds once: no atomics, and every element is summed in
+// the CPU's order, so the bits are the CPU's. (Walking all ids per column instead gives only dim
+// threads: 768 for GPT-2, 3.8 ms of an H200's time per step.)
+#include <cub/device/device_radix_sort.cuh>
+
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
 #include "framework/device_cuda.h"
@@ -28,20 +33,26 @@ __global__ void embedding_kernel(const int64_t* ids, const T* weight, int64_t n,
   }
 }
 
-// acc is (vocab, dim) in the compute type, zeroed before; thread j owns column j and adds every
-// row in order.
-template <typename T>
-__global__ void embedding_backward_kernel(const int64_t* ids, const T* dout, int64_t n, int64_t dim, Compute<T>* acc) {
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < dim; j += int64_t{gridDim.x} * blockDim.x) {
-    for (int64_t i = 0; i < n; ++i) acc[ids[i] * dim + j] += dload(dout[i * dim + j]);
+// positions[i] = i.
+__global__ void iota_kernel(int64_t* positions, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    positions[i] = i;
   }
 }
 
-// acc and dweight are (count): dweight = acc, rounded once.
+// sorted_ids and positions are (n): the ids in ascending order and where each came from, in
+// ascending position within one id. Block k starts the run of its id when it is the run's first
+// entry: its threads take columns and sum the run's rows of dout in order. dweight is zeroed
+// before (rows no id names keep their zeros); ids outside [0, vocab) are left out.
 template <typename T>
-__global__ void round_kernel(const Compute<T>* acc, int64_t count, T* dweight) {
-  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < count; k += int64_t{gridDim.x} * blockDim.x) {
-    dweight[k] = dstore<T>(acc[k]);
+__global__ void embedding_backward_kernel(const int64_t* sorted_ids, const int64_t* positions, const T* dout,
+                                          int64_t n, int64_t vocab, int64_t dim, T* dweight) {
+  const int64_t k = blockIdx.x, id = sorted_ids[k];
+  if ((k > 0 && sorted_ids[k - 1] == id) || id < 0 || id >= vocab) return;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    Compute<T> sum(0);
+    for (int64_t m = k; m < n && sorted_ids[m] == id; ++m) sum += dload(dout[positions[m] * dim + j]);
+    dweight[id * dim + j] = dstore<T>(sum);
   }
 }
 
@@ -75,24 +86,37 @@ void embedding(const Tensor& ids, const Tensor& weight, Tensor& out) {
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, Tensor& dweight) {
-  const int64_t n = ids.numel(), dim = dweight.size(1), count = dweight.numel();
+  const int64_t n = ids.numel(), vocab = dweight.size(0), dim = dweight.size(1), count = dweight.numel();
   if (count == 0) return;
-  visit_floating_dtype(dweight.dtype(), [&](auto t) {
-    using T = DeviceType<decltype(t)>;
-    using C = Compute<T>;
+  AG_CUDA_CHECK(cudaMemsetAsync(dweight.data_ptr(), 0, static_cast<size_t>(count) * element_size(dweight.dtype()),
+                                cudaStreamLegacy));  // all-zero bits: +0 in every floating dtype
+  if (n * dim > 0) {
+    AG_CHECK(n <= int64_t{0x7fffffff}, "embedding backward (CUDA): ", n, " ids are more than one grid holds (2^31 - 1)");
     Allocator& alloc = caching_allocator();
-    const size_t nbytes = sizeof(C) * static_cast<size_t>(count);
-    C* acc = static_cast<C*>(alloc.allocate(nbytes));
-    AG_CUDA_CHECK(cudaMemsetAsync(acc, 0, nbytes, cudaStreamLegacy));
-    if (n * dim > 0) {
-      embedding_backward_kernel<T><<<blocks_for(dim), kThreads>>>(static_cast<const int64_t*>(ids.data_ptr()),
-                                                                   static_cast<const T*>(dout.data_ptr()), n, dim, acc);
+    // One allocation for the sort's outputs and scratch: sorted ids, their positions, the
+    // positions in order, then CUB's temporary storage.
+    const size_t ids_bytes = sizeof(int64_t) * static_cast<size_t>(n);
+    size_t scratch = 0;
+    AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, scratch, static_cast<const int64_t*>(nullptr),
+                                                  static_cast<int64_t*>(nullptr), static_cast<const int64_t*>(nullptr),
+                                                  static_cast<int64_t*>(nullptr), n, 0, 64, cudaStreamLegacy));
+    const size_t nbytes = 3 * ids_bytes + scratch;
+    auto* block = static_cast<unsigned char*>(alloc.allocate(nbytes));
+    auto* sorted_ids = reinterpret_cast<int64_t*>(block);
+    auto* positions = reinterpret_cast<int64_t*>(block + ids_bytes);
+    auto* in_order = reinterpret_cast<int64_t*>(block + 2 * ids_bytes);
+    iota_kernel<<<blocks_for(n), kThreads>>>(in_order, n);
+    AG_CUDA_CHECK_LAUNCH("iota_kernel");
+    AG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(block + 3 * ids_bytes, scratch, static_cast<const int64_t*>(ids.data_ptr()),
+                                                  sorted_ids, in_order, positions, n, 0, 64, cudaStreamLegacy));
+    visit_floating_dtype(dweight.dtype(), [&](auto t) {
+      using T = DeviceType<decltype(t)>;
+      embedding_backward_kernel<T><<<static_cast<unsigned>(n), kThreads>>>(
+          sorted_ids, positions, static_cast<const T*>(dout.data_ptr()), n, vocab, dim, static_cast<T*>(dweight.data_ptr()));
       AG_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
-    }
-    round_kernel<T><<<blocks_for(count), kThreads>>>(acc, count, static_cast<T*>(dweight.data_ptr()));
-    AG_CUDA_CHECK_LAUNCH("round_kernel");
-    alloc.deallocate(acc, nbytes);  // stream-ordered: a later user of the block runs after us
-  });
+    });
+    alloc.deallocate(block, nbytes);  // stream-ordered: a later user of the block runs after us
+  }
   dweight.bump_version();
 }
 
