@@ -183,6 +183,9 @@ void ZeroRedundancyOptimizer::build_buckets(const std::vector<std::vector<Tensor
 }
 
 void ZeroRedundancyOptimizer::on_gradient_ready(size_t index) {
+  // Before any state changes: a parameter of another shape would be copied past its slot of the
+  // flat buffers (at either stage), and an error after the counts moved would stick.
+  check_unchanged(buckets_[bucket_of_[index]], index);
   AG_CHECK(!ready_[index], "ZeroRedundancyOptimizer: parameter ", index, " (", params_[index].to_string(),
            ") got a second gradient before the first backward's were all reduced; hint: every backward must reach ",
            "every parameter");
@@ -201,7 +204,6 @@ void ZeroRedundancyOptimizer::adopt_gradient(Bucket& bucket, size_t index) {
     bucket.flat_grad = zeros({bucket.shard * group_.size()}, bucket.dtype, bucket.device);  // the padding stays 0
   }
   if (is_alias_at(p.grad(), bucket.flat_grad, offset_of_[index])) return;  // accumulated in place
-  check_unchanged(bucket, index);
   copy_elements(bucket.flat_grad, offset_of_[index], p.grad(), 0, p.numel());
   p.set_grad(alias_elements(bucket.flat_grad, offset_of_[index], p.shape()));  // the fresh one is freed
 }

@@ -83,7 +83,7 @@ ShardOptimizerFactory shard_optimizer(Options defaults, std::vector<std::optiona
 /// rank's shard only: at stage 1 the rest of each parameter's gradient stays averaged but scaled.
 /// Construction re-points the parameters into the flat buffers (set_data): move or convert the
 /// model before, not after; a parameter given new storage of the same shape and dtype is copied
-/// back into its bucket at the next backward.
+/// back into its bucket at the next step (until then consolidated_state() holds the old masters).
 class ZeroRedundancyOptimizer {
  public:
   /// Shards `params` (the ones that require grad; leaves on the group's device, each listed once)

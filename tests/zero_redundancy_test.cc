@@ -403,6 +403,16 @@ TEST(ZeroLayout, AParameterGivenNewStorageMovesBackIntoItsBucket) {
     EXPECT_ERROR([&] { zero.step(); }, "ZeroRedundancyOptimizer: parameter 0 is now", "float64",
                  "hint: move or convert the model");
   }
+  // A parameter of another shape is an error when its gradient arrives, at either stage, before
+  // anything is copied into the flat buffers it no longer fits.
+  for (int stage : {1, 2}) {
+    Tensor a = ag::ones({8});
+    a.set_requires_grad(true);
+    dist::ZeroRedundancyOptimizer zero({a}, dist::shard_optimizer<ag::optim::SGD>({.lr = 0.1}), world(), {.stage = stage});
+    a.set_data(ag::ones({4096}));
+    EXPECT_ERROR([&] { ag::ops::sum(a).backward(); }, "ZeroRedundancyOptimizer: parameter 0 is now", "[4096]",
+                 "hint: move or convert the model");
+  }
 }
 
 // ---- Skipped steps, clipping --------------------------------------------------------------------
