@@ -252,11 +252,7 @@ class CpuAllocator final : public Allocator {
 
   void reset_peak() override { peak_.store(current_.load()); }
 
-  void raise_peak(int64_t bytes) override {
-    int64_t peak = peak_.load();
-    while (bytes > peak && !peak_.compare_exchange_weak(peak, bytes)) {
-    }
-  }
+  void raise_peak(int64_t bytes) override { raise(peak_, bytes); }
 
   // Every large cached block, and this thread's small ones (other threads' are bounded, and go
   // when those threads end). The large cache's bound starts over from what is live now.

@@ -137,7 +137,7 @@ std::mutex& leaf_lock(const TensorImpl& leaf) {
   return locks[(address >> 4) * 0x9e3779b97f4a7c15u >> 58];  // Fibonacci hashing onto 64 stripes
 }
 
-// A first gradient that nothing else can see (no other handle, no shared storage, no history)
+// A first gradient that nothing else can see (no other handle, no shared storage or alias, no history)
 // becomes the leaf's grad as it is, as in PyTorch; anything else is copied, since it may be shared
 // with other consumers. Taking it saves a full copy of every weight gradient per step.
 void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad, uint64_t pass) {
@@ -147,7 +147,7 @@ void accumulate_into_leaf(TensorImpl& leaf, Tensor&& grad, uint64_t pass) {
   leaf.grad_pass = pass;
   if (leaf.grad.defined()) return accumulate_(leaf.grad, g);
   const TensorImpl& gi = *g.impl();
-  const bool unshared = g.impl_ptr().use_count() == 1 && gi.storage.use_count() == 1 && !gi.grad_fn &&
+  const bool unshared = g.impl_ptr().use_count() == 1 && gi.storage.use_count() == 1 && !gi.storage->base && !gi.grad_fn &&
                         !gi.requires_grad && !gi.master.defined() && !gi.grad.defined() && gi.shape == leaf.shape &&
                         gi.storage->device == leaf.storage->device;
   if (unshared) {

@@ -249,6 +249,7 @@ uint64_t Tensor::version() const { return checked(impl_).storage->version; }
 void Tensor::bump_version() { ++checked(impl_).storage->version; }
 
 Tensor alias_elements(const Tensor& base, int64_t offset, const Shape& shape) {
+  AG_CHECK(base.defined(), "alias_elements: the base tensor is undefined; hint: alias the elements of an allocated tensor");
   const TensorImpl& b = *base.impl_ptr();
   auto impl = std::make_shared<TensorImpl>();
   impl->numel = shape_numel(shape);
@@ -269,6 +270,7 @@ bool is_alias_at(const Tensor& t, const Tensor& base, int64_t offset) {
 }
 
 const Storage& allocation_of(const Tensor& t) {
+  AG_CHECK(t.defined(), "allocation_of: the tensor is undefined");
   const Storage& s = *t.impl_ptr()->storage;
   return s.base ? *s.base : s;
 }

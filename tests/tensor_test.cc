@@ -142,6 +142,7 @@ TEST(Tensor, AnAliasSharesItsBasesElementsAndKeepsThemAlive) {
     EXPECT_EQ(base.version(), base_version);  // an alias counts its own writes
     EXPECT_ERROR([&] { ag::alias_elements(base, 5, {2}); }, "alias_elements", "out of range");
     EXPECT_ERROR([&] { ag::alias_elements(base, -1, {1}); }, "out of range");
+    EXPECT_ERROR([&] { ag::alias_elements(Tensor(), 0, {1}); }, "alias_elements", "undefined");
   }
   EXPECT_EQ(part.to_vector(), (std::vector<float>{2, 30}));  // the base's bytes live on in the alias
   part = Tensor();
