@@ -17,6 +17,7 @@ std::string describe(const CollectiveRecord& r) {
   for (int i = 0; i < r.ndim; ++i) out << (i ? ", " : "") << r.dims[i];
   out << "] " << dtype_name(static_cast<DType>(r.dtype)) << ' ' << device_name(static_cast<Device>(r.device));
   if (r.collective == static_cast<int32_t>(Collective::kBroadcast)) out << " (root " << r.argument << ")";
+  if (r.collective == static_cast<int32_t>(Collective::kAllGather) && r.argument == kInPlace) out << " (in place)";
   if (r.collective == static_cast<int32_t>(Collective::kAllReduce) ||
       r.collective == static_cast<int32_t>(Collective::kReduceScatter)) {
     out << " (" << reduce_op_name(static_cast<ReduceOp>(r.argument)) << ")";
@@ -44,6 +45,9 @@ std::string hint_for(Problem problem, Backend backend, Device device) {
     case Problem::kBadPart:
       return "the per-rank tensor must have the whole's dtype and device and 1/size of its elements; hint: pad the "
              "whole to a multiple of the group size";
+    case Problem::kOverlap:
+      return "the per-rank tensor shares bytes with the whole; hint: pass separate tensors, or (all_gather only) "
+             "make the input exactly this rank's part of the output, alias_elements(output, rank * part, {part})";
     case Problem::kOk: break;
   }
   return "";
@@ -54,6 +58,17 @@ std::string hint_for(Problem problem, Backend backend, Device device) {
 namespace {
 
 std::string label(const Tensor& t) { return t.defined() ? t.to_string() : "an undefined tensor"; }
+
+// Where `part` lies against `whole` (both defined, one dtype): 1 = exactly part `rank` of it, 0 =
+// no byte in common, -1 = any other overlap.
+int placement(const Tensor& whole, const Tensor& part, int rank) {
+  const auto* w = static_cast<const char*>(whole.data_ptr());
+  const auto* p = static_cast<const char*>(part.data_ptr());
+  const size_t part_bytes = static_cast<size_t>(part.numel()) * element_size(part.dtype());
+  const size_t whole_bytes = static_cast<size_t>(whole.numel()) * element_size(whole.dtype());
+  if (part_bytes == 0 || whole_bytes == 0 || p + part_bytes <= w || w + whole_bytes <= p) return 0;
+  return p == w + static_cast<size_t>(rank) * part_bytes ? 1 : -1;
+}
 
 }  // namespace
 
@@ -75,7 +90,7 @@ std::string all_gather_label(const Tensor& input, const Tensor& output, const st
 }
 
 CollectiveRecord describe_collective(Collective collective, int32_t argument, const Tensor& tensor, Device device,
-                                     bool (*supported)(DType), const Tensor* part, int parts) {
+                                     bool (*supported)(DType), const Tensor* part, int parts, int rank) {
   CollectiveRecord r;
   r.collective = static_cast<int32_t>(collective);
   r.argument = argument;
@@ -100,6 +115,13 @@ CollectiveRecord describe_collective(Collective collective, int32_t argument, co
                                  part->device() != tensor.device() ||
                                  tensor.numel() != static_cast<int64_t>(parts) * part->numel())) {
     r.problem = static_cast<int32_t>(Problem::kBadPart);
+  } else if (part != nullptr) {
+    const int where = placement(tensor, *part, rank);
+    if (where == 1 && collective == Collective::kAllGather) {
+      r.argument = kInPlace;
+    } else if (where != 0) {
+      r.problem = static_cast<int32_t>(Problem::kOverlap);
+    }
   }
   return r;
 }

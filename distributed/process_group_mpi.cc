@@ -157,7 +157,7 @@ std::shared_ptr<Work> ProcessGroupMPI::reduce_scatter_async(Tensor& output, cons
   std::vector<MpiPhase> phases;
   if (!add_check(phases,
                  detail::describe_collective(detail::Collective::kReduceScatter, static_cast<int32_t>(op), input,
-                                             device(), &detail::mpi_supports, &output, size()),
+                                             device(), &detail::mpi_supports, &output, size(), rank()),
                  check, what)) {
     return submit(what, std::move(phases), {});
   }
@@ -190,21 +190,16 @@ std::shared_ptr<Work> ProcessGroupMPI::all_gather_async(Tensor& output, const Te
   const std::string what =
       detail::all_gather_label(input, output, detail::rank_label(rank(), size(), backend()));
   std::vector<MpiPhase> phases;
-  if (!add_check(phases,
-                 detail::describe_collective(detail::Collective::kAllGather, 0, output, device(), &detail::mpi_supports,
-                                             &input, size()),
-                 check, what)) {
-    return submit(what, std::move(phases), {});
-  }
+  const detail::CollectiveRecord record = detail::describe_collective(
+      detail::Collective::kAllGather, detail::kOutOfPlace, output, device(), &detail::mpi_supports, &input, size(), rank());
+  if (!add_check(phases, record, check, what)) return submit(what, std::move(phases), {});
   const DType dtype = input.dtype();
   const int count = checked_count(input.numel(), what);
   const MPI_Comm comm = comm_;
   void* out = output.data_ptr();
-  // In place when the input is this rank's part of the output (MPI wants MPI_IN_PLACE for that).
-  const bool in_place = input.data_ptr() == static_cast<const char*>(out) + static_cast<size_t>(rank()) *
-                                                                            static_cast<size_t>(input.numel()) *
-                                                                            element_size(dtype);
-  const void* in = in_place ? MPI_IN_PLACE : input.data_ptr();
+  // In place when the input is this rank's part of the output (MPI wants MPI_IN_PLACE for that, on
+  // every rank: the cross-rank check compares it).
+  const void* in = record.argument == detail::kInPlace ? MPI_IN_PLACE : input.data_ptr();
   phases.push_back({.start = [=](MPI_Request* request) {
                       const MPI_Datatype type = detail::mpi_datatype(dtype);
                       mpi_check(MPI_Iallgather(in, count, type, out, count, type, comm, request), "MPI_Iallgather");

@@ -215,7 +215,7 @@ void ProcessGroupNCCL::check(const std::string& what, const Tensor& tensor, int 
   }
   const detail::CollectiveRecord mine = detail::describe_collective(static_cast<detail::Collective>(collective),
                                                                     argument, tensor, device(), &detail::nccl_supports,
-                                                                    part, size());
+                                                                    part, size(), rank());
   if (check == CheckAcrossRanks::kNo) return detail::check_local(mine, what, backend(), device());
   const std::vector<std::string> all =
       bootstrap_->all_gather_bytes(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));

@@ -21,6 +21,12 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+// Every parameter and every shard starts on a 64-byte boundary of its flat buffer, as a tensor of
+// its own would (the allocators' alignment): vector kernels take their aligned paths on them.
+constexpr int64_t kAlignBytes = 64;
+
+int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
 // dst[dst_offset ..) = src[src_offset ..), n elements of one dtype on one device.
 void copy_elements(Tensor& dst, int64_t dst_offset, const Tensor& src, int64_t src_offset, int64_t n) {
   if (n <= 0) return;
@@ -38,7 +44,7 @@ void copy_elements(Tensor& dst, int64_t dst_offset, const Tensor& src, int64_t s
 /// writes the parameters and the all-gather runs in place: no copy of either is kept.
 struct ZeroRedundancyOptimizer::Bucket {
   std::vector<size_t> params;  // indices into params_, in layout order
-  int64_t numel = 0;           // the parameters' elements (before padding)
+  int64_t numel = 0;           // up to the last parameter's end (the gaps between them included)
   int64_t shard = 0;           // elements per rank
   DType dtype = DType::kFloat32;
   Device device = Device::kCPU;
@@ -148,17 +154,18 @@ void ZeroRedundancyOptimizer::build_buckets(const std::vector<std::vector<Tensor
                                            static_cast<int64_t>(options_.bucket_cap_mb * kMiB));
     for (const std::vector<size_t>& members : assignment) {
       Bucket bucket;
+      const Tensor& lead = params_[first + members[0]];
+      bucket.dtype = lead.dtype();
+      bucket.device = lead.device();
+      const int64_t align = kAlignBytes / static_cast<int64_t>(element_size(bucket.dtype));  // elements
       for (size_t k : members) {
         const size_t i = first + k;
         bucket_of_[i] = buckets_.size();
-        offset_of_[i] = bucket.numel;
+        offset_of_[i] = round_up(bucket.numel, align);  // the gap is padding, zero as at the end
         bucket.params.push_back(i);
-        bucket.numel += params_[i].numel();
+        bucket.numel = offset_of_[i] + params_[i].numel();
       }
-      const Tensor& lead = params_[bucket.params[0]];
-      bucket.dtype = lead.dtype();
-      bucket.device = lead.device();
-      bucket.shard = (bucket.numel + n - 1) / n;
+      bucket.shard = round_up((bucket.numel + n - 1) / n, align);
       bucket.flat_param = zeros({bucket.shard * n}, bucket.dtype, bucket.device);  // the padding stays 0
       bucket.shard_param = alias_elements(bucket.flat_param, group_.rank() * bucket.shard, {bucket.shard});
       bucket.shard_param.set_requires_grad(true);
@@ -249,11 +256,30 @@ void ZeroRedundancyOptimizer::finish_reduction() {
       bucket.reduced = Tensor();
     }
     bucket.pending = bucket.params.size();
+    // The shard's gradient is as new as its parameters' latest: GradScaler refuses a step whose
+    // gradients changed after unscale_ by this stamp.
+    uint64_t pass = 0;
+    for (size_t i : bucket.params) pass = std::max(pass, params_[i].impl()->grad_pass);
+    bucket.shard_param.impl()->grad_pass = pass;
   }
   ready_.assign(params_.size(), false);
   ready_count_ = 0;
   next_launch_ = 0;
   ++stats_.syncs;
+}
+
+void ZeroRedundancyOptimizer::abandon_reduction() {
+  // A backward that stopped part way (an exception in it, or in a hook): the buckets it launched
+  // are waited for (every rank launched them, in the same order), and the counts start again.
+  for (Bucket& bucket : buckets_) {
+    if (bucket.work) bucket.work->wait();
+    bucket.work.reset();
+    bucket.reduced = Tensor();
+    bucket.pending = bucket.params.size();
+  }
+  ready_.assign(params_.size(), false);
+  ready_count_ = 0;
+  next_launch_ = 0;
 }
 
 void ZeroRedundancyOptimizer::before_step() {
@@ -337,6 +363,7 @@ void ZeroRedundancyOptimizer::gather_parameters() {
 }
 
 void ZeroRedundancyOptimizer::zero_grad() {
+  if (ready_count_ != 0) abandon_reduction();
   optimizer_->zero_grad();
   for (Tensor& p : params_) p.set_grad(Tensor());
   for (Bucket& bucket : buckets_) bucket.flat_grad = Tensor();

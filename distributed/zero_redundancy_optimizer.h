@@ -105,7 +105,9 @@ class ZeroRedundancyOptimizer {
   optim::Optimizer& optimizer() { return *optimizer_; }
   /// optimizer().step().
   void step() { optimizer_->step(); }
-  /// Clears the parameters' gradients and the shards' (set to none, as PyTorch 2).
+  /// Clears the parameters' gradients and the shards' (set to none, as PyTorch 2). After a backward
+  /// that failed part way it also forgets the gradients that had arrived, so the next backward
+  /// starts afresh.
   void zero_grad();
   /// clip_grad_norm_ over every rank's shards: the shards' sums of |g|^p (or maxima) are reduced
   /// across the ranks, so every rank finds the norm of the whole model's averaged gradient and
@@ -151,6 +153,8 @@ class ZeroRedundancyOptimizer {
   void check_unchanged(const Bucket& bucket, size_t index) const;
   void launch(Bucket& bucket);
   void finish_reduction();
+  // Forgets a backward whose gradients did not all arrive (zero_grad after it failed part way).
+  void abandon_reduction();
   void before_step();
   void check_reduced() const;
   // `shard` (this rank's part of `bucket`) takes the elements of parameter `index` that fall in it,

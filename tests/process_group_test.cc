@@ -316,6 +316,22 @@ TEST(ProcessGroup, ReduceScatterAndAllGatherMismatchesAreErrorsOnEveryRank) {
   EXPECT_ERROR([&] { world().reduce_scatter(count, counts, dist::ReduceOp::kAvg); }, "kAvg needs a floating dtype");
   // Unchecked, a bad part is still this rank's error, before anything is sent.
   EXPECT_ERROR([&] { world().all_gather_async(input, half, dist::CheckAcrossRanks::kNo); }, "1/size of its elements");
+  // A part that shares bytes with the whole anywhere but at this rank's own part of an all-gather's
+  // output (it would be read while it is written), and a reduce-scatter in place: refused on every
+  // rank, before anything is sent.
+  const int r = world().rank();
+  Tensor flat = ag::zeros({4 * n});
+  Tensor shifted = ag::alias_elements(flat, r + 1 == n ? 4 * r - 1 : 4 * r + 1, {4});  // one element off its part
+  EXPECT_ERROR([&] { world().all_gather(flat, shifted); }, "shares bytes with the whole");
+  EXPECT_ERROR([&] { world().all_gather_async(flat, shifted, dist::CheckAcrossRanks::kNo); },
+               "shares bytes with the whole", "alias_elements(output, rank * part");
+  Tensor own = ag::alias_elements(flat, 4 * r, {4});
+  EXPECT_ERROR([&] { world().reduce_scatter(own, flat, dist::ReduceOp::kSum); }, "shares bytes with the whole");
+  // In place on some ranks only: MPI_IN_PLACE is all or none, so the check compares it.
+  if (n > 1) {
+    Tensor separate = ag::ones({4});
+    EXPECT_ERROR([&] { world().all_gather(flat, odd ? own : separate); }, "do not match", "(in place)");
+  }
   // The group still works.
   world().reduce_scatter(count, counts, dist::ReduceOp::kSum);
   EXPECT_EQ(count.to_double_vector(), (std::vector<double>{1.0 * n, 1.0 * n}));

@@ -313,7 +313,10 @@ TEST(ZeroMemory, EachRankHoldsItsShareOfTheStateAndStage2ReleasesTheGradients) {
     EXPECT_EQ(state_elements(one.state), per_element * zero.stats.parameters);
     EXPECT_EQ(zero.state_elements, per_element * zero.stats.shard_elements);
     EXPECT_GE(zero.stats.shard_elements * n, zero.stats.parameters);
-    EXPECT_LT(zero.stats.shard_elements * n, zero.stats.parameters + n * zero.stats.buckets);  // padding only
+    // Padding only: each parameter starts on a 64-byte boundary, each shard is a multiple of 64 bytes.
+    const int64_t align = precision == Precision::kFloat32 ? 16 : 32;
+    const int64_t num_params = static_cast<int64_t>(make_mlp(3).parameters().size());
+    EXPECT_LT(zero.stats.shard_elements * n, zero.stats.parameters + align * (num_params + n * zero.stats.buckets));
   }
   ag::nn::Sequential model = make_mlp(3);
   for (int stage : {1, 2}) {
@@ -412,6 +415,23 @@ TEST(ZeroLayout, AParameterGivenNewStorageMovesBackIntoItsBucket) {
     a.set_data(ag::ones({4096}));
     EXPECT_ERROR([&] { ag::ops::sum(a).backward(); }, "ZeroRedundancyOptimizer: parameter 0 is now", "[4096]",
                  "hint: move or convert the model");
+  }
+}
+
+TEST(ZeroLayout, ParametersAndShardsStartOn64ByteBoundaries) {
+  // As tensors of their own would (the allocators align to 64 bytes), so vector kernels take their
+  // aligned paths; odd sizes (a bias of 3, a weight of 3 x 5) would put the next one off a boundary.
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    ag::manual_seed(5);
+    ag::nn::Sequential model{ag::nn::Linear(5, 3), ag::nn::Linear(3, 7), ag::nn::Linear(7, 1)};
+    model.to(dtype);
+    dist::ZeroRedundancyOptimizer zero(model.parameters(), dist::shard_optimizer<ag::optim::SGD>({.lr = 0.1}), world());
+    for (const Tensor& p : model.parameters()) EXPECT_EQ(reinterpret_cast<uintptr_t>(p.data_ptr()) % 64, 0u);
+    for (const Tensor& s : zero.optimizer().parameters()) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(s.data_ptr()) % 64, 0u);
+      EXPECT_EQ(s.numel() * static_cast<int64_t>(ag::element_size(dtype)) % 64, 0);
+    }
   }
 }
 
@@ -605,6 +625,52 @@ TEST(ZeroErrors, AParameterWithoutAGradientIsAnErrorAtStep) {
   ag::ops::mse_loss(used(shared_data().batch_x(0, 8)), shared_data().batch_y(0, 8)).backward();
   EXPECT_ERROR([&] { zero.step(); }, "gave no gradient to 2 of the 4 parameters", "parameter 2 (Tensor[1, 8]",
                "must take part in the loss");
+}
+
+TEST(ZeroErrors, ZeroGradForgetsABackwardThatReachedOnlySomeParameters) {
+  // A backward that stopped part way (here: a loss that used some of the parameters) leaves some
+  // gradients arrived and their buckets launched; zero_grad forgets them, and the next iteration
+  // trains as one process's SGD does, at either stage.
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    ag::nn::Sequential model = make_mlp(4), copy = make_mlp(4);
+    dist::ZeroRedundancyOptimizer zero(model.parameters(), dist::shard_optimizer<ag::optim::SGD>({.lr = 0.1}), world(),
+                                       {.stage = stage, .bucket_cap_mb = 0.0002, .first_bucket_cap_mb = 0.0001});
+    ag::optim::SGD plain(copy.parameters(), {.lr = 0.1});
+    const int n = world().size();
+    const Tensor& last = model.parameters().back();  // the output bias: its bucket launches first
+    ag::ops::sum(last).backward();
+    EXPECT_ERROR([&] { zero.step(); }, "gave no gradient to");
+    zero.zero_grad();
+    for (int step = 0; step < 2; ++step) {
+      ag::ops::mse_loss(model(shared_data().batch_x(0, 8 * n)), shared_data().batch_y(0, 8 * n)).backward();
+      ag::ops::mse_loss(copy(shared_data().batch_x(0, 8 * n)), shared_data().batch_y(0, 8 * n)).backward();
+      zero.step();
+      plain.step();
+      zero.zero_grad();
+      plain.zero_grad();
+    }
+    EXPECT_LE(max_relative_difference(snapshot(model), snapshot(copy)), 1e-6);
+    EXPECT_TRUE(replicas_identical(model));
+  }
+}
+
+TEST(ZeroErrors, ABackwardAfterUnscaleIsRefusedByTheScaler) {
+  // The shards' gradients carry their parameters' backward pass, so GradScaler sees a backward
+  // that came after unscale_ (its gradients part scaled, part not) as it does without ZeRO.
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    ag::nn::Sequential model = make_mlp(4);
+    dist::ZeroRedundancyOptimizer zero(model.parameters(), dist::shard_optimizer<ag::optim::SGD>({.lr = 0.1}), world(),
+                                       {.stage = stage});
+    ag::amp::GradScaler scaler({.init_scale = 256});
+    const auto loss = [&] { return ag::ops::mse_loss(model(shared_data().batch_x(0, 8)), shared_data().batch_y(0, 8)); };
+    scaler.scale(loss()).backward();
+    scaler.unscale_(zero.optimizer());
+    scaler.scale(loss()).backward();
+    EXPECT_ERROR([&] { scaler.step(zero.optimizer()); }, "after unscale_()");
+    zero.zero_grad();
+  }
 }
 
 TEST(ZeroErrors, BadArguments) {
