@@ -71,6 +71,9 @@ MemoryMeter::MemoryMeter(Device device) : device_(device) {
   held_at_start_ = allocator.stats().current_bytes;
 }
 
+// raise_peak keeps the larger of the two, so a read() before this changes nothing here.
+MemoryMeter::~MemoryMeter() { allocator_for(device_).raise_peak(peak_before_); }
+
 void MemoryMeter::forward_done() { activations_ = memory_stats(device_).current_bytes - held_at_start_; }
 
 TrainingMemory MemoryMeter::read(const std::vector<Tensor>& model_parameters, const Optimizer& optimizer) {

@@ -65,6 +65,11 @@ class MemoryMeter {
  public:
   /// Starts the device's peak over and records what is held now (and the peak so far).
   explicit MemoryMeter(Device device);
+  /// Gives the device its earlier peak back if read() did not (a step that threw, say), so that
+  /// memory_stats' peak never loses a high-water mark it had.
+  ~MemoryMeter();
+  MemoryMeter(const MemoryMeter&) = delete;
+  MemoryMeter& operator=(const MemoryMeter&) = delete;
   /// Records the activations: call right after the loss is computed, before backward().
   void forward_done();
   /// The step's breakdown: training_state_bytes, with the activations (0 if forward_done was not

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,19 @@ TEST(TrainingMemory, TheStepsPeakIsItsOwnAndTheProcessPeakIsGivenBack) {
   const TrainingMemory m = meter.read(layer.parameters(), opt);
   EXPECT_LT(m.peak, int64_t{4} << 22) << "the step's peak, not the earlier one";
   EXPECT_EQ(ag::memory_stats(Device::kCPU).peak_bytes, peak_before) << "memory_stats' peak as if never reset";
+}
+
+TEST(TrainingMemory, AMeterLeftWithoutReadingStillGivesThePeakBack) {
+  { const Tensor big = ag::zeros({1 << 22}); }  // 16 MiB, freed before the meter starts
+  const int64_t peak_before = ag::memory_stats(Device::kCPU).peak_bytes;
+  ASSERT_GE(peak_before, int64_t{4} << 22);
+  try {
+    ag::optim::MemoryMeter meter(Device::kCPU);
+    EXPECT_LT(ag::memory_stats(Device::kCPU).peak_bytes, peak_before) << "the meter starts the peak over";
+    throw std::runtime_error("a step that failed");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(ag::memory_stats(Device::kCPU).peak_bytes, peak_before);
 }
 
 }  // namespace
