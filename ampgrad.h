@@ -3,6 +3,8 @@
 #pragma once
 
 #include "amp/autocast.h"
+#include "amp/diagnostics/float8_log.h"
+#include "amp/diagnostics/float8_stats.h"
 #include "amp/diagnostics/forward_watch.h"
 #include "amp/diagnostics/grad_stats.h"
 #include "amp/diagnostics/grad_stats_log.h"

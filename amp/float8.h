@@ -24,7 +24,8 @@ using ampgrad::Float8ScalingState;
 /// (its input's, its own and its output gradient's); a weight computed in the forward is new every
 /// step, so its linear scales by current amaxes. A non-finite operand makes the product NaN (the
 /// saturating cast would hide an inf from GradScaler). RAII and thread-local; nests; enabled = false turns FP8 off
-/// inside an enclosing guard. On CUDA, linear runs as outside the guard for now (said once).
+/// inside an enclosing guard. On CUDA the GEMMs run on FP8 tensor cores (cuBLASLt) where the GPU
+/// has them (compute capability 8.9+), else as bfloat16 GEMMs of the same FP8 values (said once).
 class Float8Guard {
  public:
   /// Turns FP8 linears on for `device` with `recipe` (validated), or off when enabled is false.

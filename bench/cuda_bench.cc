@@ -4,7 +4,9 @@
 // FP16 AMP (and the MLP in BF16 AMP), their losses checked; device memory peak and reserved; host
 // syncs per step; examples/char_gpt's training step at its own size and at a larger one
 // (bench/workloads.h GptWorkload) in FP32, FP16 AMP and BF16 AMP; conv2d forward + backward at
-// the Fashion CNN's and a ResNet stage's shapes, its float32 forward checked against the CPU. Plain main (no benchmark
+// the Fashion CNN's and a ResNet stage's shapes, its float32 forward checked against the CPU; the FP8 GEMM (ours,
+// and the whole FP8 linear with its casts) against cuBLASLt's FP8 matmul alone and BF16 cuBLAS, and GPT-2
+// small's step with FP8 linears. Plain main (no benchmark
 // library) so the binary runs on a GPU machine as it is. Exit status 1 when a check fails.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -22,9 +24,12 @@
 
 #include "ampgrad.h"
 #include "bench/workloads.h"
+#include "framework/cuda_check.h"
 #include "framework/device_cuda.h"
 #include "framework/launch_profile.h"
 #include "ops/linear/cublas.h"
+#include "ops/linear/cublaslt.h"
+#include "ops/linear/linear_float8_kernels.h"
 
 namespace ag = ampgrad;
 namespace agc = ampgrad::kernels::cuda;
@@ -68,6 +73,54 @@ class RawGemm {
 
  private:
   cublasHandle_t handle_ = nullptr;
+};
+
+// out[n,n] = xq[n,n] wq[n,n]^T (E4M3, float32 out) through cuBLASLt's FP8 matmul alone: the TN
+// layout, FP32 compute without fast accumulation, unit scales, a 32 MiB workspace, descriptors and
+// algorithm chosen once (ampgrad's wrapper sets them up per call, and allocates its workspace).
+class RawFp8Gemm {
+ public:
+  explicit RawFp8Gemm(int64_t n) {
+    const agc::CublasLtApi& lt = agc::cublaslt();
+    AG_CUBLASLT_CHECK(lt.matmul_desc_create(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+    AG_CUBLASLT_CHECK(lt.matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    AG_CUBLASLT_CHECK(lt.matmul_desc_set_attribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt));
+    const auto u = static_cast<uint64_t>(n);
+    AG_CUBLASLT_CHECK(lt.matrix_layout_create(&operand_, CUDA_R_8F_E4M3, u, u, n));
+    AG_CUBLASLT_CHECK(lt.matrix_layout_create(&result_, CUDA_R_32F, u, u, n));
+    AG_CUBLASLT_CHECK(lt.preference_create(&preference_));
+    const uint64_t bytes = kWorkspaceBytes;
+    AG_CUBLASLT_CHECK(lt.preference_set_attribute(preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+                                                  sizeof bytes));
+    int found = 0;
+    AG_CUBLASLT_CHECK(lt.algo_get_heuristic(agc::cublaslt_handle(), desc_, operand_, operand_, result_, result_,
+                                            preference_, 1, &heuristic_, &found));
+    AG_CHECK(found == 1, "cuBLASLt offers no FP8 algorithm for ", n, "^3");
+  }
+  ~RawFp8Gemm() {
+    const agc::CublasLtApi& lt = agc::cublaslt();
+    lt.preference_destroy(preference_);
+    lt.matrix_layout_destroy(result_);
+    lt.matrix_layout_destroy(operand_);
+    lt.matmul_desc_destroy(desc_);
+  }
+  void operator()(const ag::Tensor& xq, const ag::Tensor& wq, ag::Tensor& out) {
+    const float alpha = 1.0f, beta = 0.0f;
+    AG_CUBLASLT_CHECK(agc::cublaslt().matmul(agc::cublaslt_handle(), desc_, &alpha, wq.data_ptr(), operand_,
+                                             xq.data_ptr(), operand_, &beta, out.data_ptr(), result_, out.data_ptr(),
+                                             result_, &heuristic_.algo, workspace_.data_ptr(), kWorkspaceBytes,
+                                             cudaStreamLegacy));
+  }
+
+ private:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t operand_ = nullptr, result_ = nullptr;
+  cublasLtMatmulPreference_t preference_ = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic_{};
+  ag::Tensor workspace_ = ag::Tensor::empty({static_cast<int64_t>(kWorkspaceBytes / 4)}, ag::DType::kFloat32,
+                                            ag::Device::kCUDA);
 };
 
 // Checks ours against cuBLAS alone (every entry) and against float64 (256 sampled entries). FP32
@@ -183,12 +236,9 @@ StepResult train_step(const ag::nn::Sequential& init, const ag::Tensor& x, const
 }
 
 // examples/char_gpt's training step on the GPU (bench/workloads.h GptWorkload) at `shape`, in FP32
-// (kFloat32), FP16 AMP with a GradScaler (kFloat16) or BF16 autocast (kBFloat16).
-StepResult gpt_step(const ag::bench::GptShape& shape, ag::DType compute, int iters) {
-  using ag::bench::Precision;
-  const Precision precision = compute == ag::DType::kFloat16    ? Precision::kAmp
-                              : compute == ag::DType::kBFloat16 ? Precision::kAmpBf16
-                                                                : Precision::kFp32;
+// (kFp32), FP16 AMP with a GradScaler (kAmp), BF16 autocast (kAmpBf16) or FP8 linears inside BF16
+// autocast (kFp8: a Float8Guard, delayed scaling; the example's --amp=fp8).
+StepResult gpt_step(const ag::bench::GptShape& shape, ag::bench::Precision precision, int iters) {
   ag::bench::GptWorkload w(precision, shape, ag::Device::kCUDA);
   return time_steps([&] { w.step(); }, [&] { return w.loss.item(); }, iters);
 }
@@ -217,6 +267,61 @@ std::string check_losses(const StepResult& fp32, const StepResult& amp, double r
   std::snprintf(text, sizeof text, "%s (fp32 %.4g -> %.4g, amp %.4g -> %.4g)", ok ? "ok" : "WRONG", fp32.first_loss,
                 fp32.last_loss, amp.first_loss, amp.last_loss);
   return text;
+}
+
+// FP8 GEMM rows at n^3: ampgrad's FP8 GEMM (kernels::gemm on E4M3 operands: the cuBLASLt wrapper,
+// no casts) against cuBLASLt's FP8 matmul alone and against BF16 cuBLAS alone on the same data,
+// and the whole FP8 linear forward (amaxes, casts with their copies back, GEMM, descale; current
+// scaling). The wrapper's result is checked against the raw matmul's (the same products, maybe
+// summed in another order).
+void float8_gemm_rows(const RawGemm& raw_gemm) {
+  int device = 0, major = 0, minor = 0;
+  AG_CUDA_CHECK(cudaGetDevice(&device));
+  AG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  AG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  std::printf("\n%-30s %12s %12s %12s %8s %9s %12s  %s\n", "FP8 GEMM out = x w^T", "fp8 gemm", "Lt alone",
+              "bf16 cuBLAS", "gemm/Lt", "gemm/bf16", "fp8 linear", "check");
+  if (major * 10 + minor < 89) {
+    std::printf("  skipped: compute capability %d.%d has no FP8 tensor cores\n", major, minor);
+    return;
+  }
+  for (int n : {4096, 8192}) {
+    ag::manual_seed(static_cast<uint64_t>(n) + 8);
+    const ag::Tensor x = ag::randn({n, n}, ag::DType::kBFloat16, ag::Device::kCUDA);
+    const ag::Tensor w = ag::randn({n, n}, ag::DType::kBFloat16, ag::Device::kCUDA);
+    ag::Tensor xq = ag::Tensor::empty({n, n}, ag::DType::kFloat8E4M3, ag::Device::kCUDA);
+    ag::Tensor wq = ag::Tensor::empty({n, n}, ag::DType::kFloat8E4M3, ag::Device::kCUDA);
+    ag::kernels::quantize_float8(x, 448.0f / 6.0f, xq);
+    ag::kernels::quantize_float8(w, 448.0f / 6.0f, wq);
+    ag::Tensor ours = ag::Tensor::empty({n, n}, ag::DType::kFloat32, ag::Device::kCUDA);
+    ag::Tensor raw = ag::Tensor::empty({n, n}, ag::DType::kFloat32, ag::Device::kCUDA);
+    ag::Tensor y, bf16 = ag::Tensor::empty({n, n}, ag::DType::kBFloat16, ag::Device::kCUDA);
+    RawFp8Gemm raw_fp8(n);
+    const int iters = n >= 8192 ? 10 : 20;
+    const double flop = 2.0 * n * n * static_cast<double>(n);
+    const auto tflops = [&](const std::function<void()>& fn) { return flop / time_per_call(fn, 3, iters) / 1e12; };
+    const double gemm_tf = tflops([&] {
+      ag::kernels::gemm(xq, ag::kernels::Transpose::kNo, wq, ag::kernels::Transpose::kYes, ag::Tensor(), ours);
+    });
+    const double lt_tf = tflops([&] { raw_fp8(xq, wq, raw); });
+    const double linear_tf = tflops([&] {
+      ag::amp::Float8Guard fp8(ag::Device::kCUDA, {.scaling = ag::amp::Float8Scaling::kCurrent});
+      y = ag::ops::linear(x, w);
+    });
+    const double bf16_tf = tflops([&] { raw_gemm(x, w, bf16); });
+    const std::vector<float> o = ours.to_vector(), r = raw.to_vector();
+    double worst = 0, scale = 0;
+    bool finite = true;
+    for (size_t i = 0; i < o.size(); ++i) {
+      finite = finite && std::isfinite(o[i]) && std::isfinite(r[i]);
+      worst = std::max(worst, std::abs(static_cast<double>(o[i]) - r[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(r[i])));
+    }
+    const bool ok = finite && worst <= 4 * 0x1p-23 * n * scale;  // FP32 summation order over n terms
+    if (!ok) all_checks_passed = false;
+    std::printf("  e4m3     n=%-19d %7.1f TF/s %7.1f TF/s %7.1f TF/s %8.2f %9.2f %7.1f TF/s  %s (max |diff| %.1e)\n",
+                n, gemm_tf, lt_tf, bf16_tf, gemm_tf / lt_tf, gemm_tf / bf16_tf, linear_tf, ok ? "ok" : "WRONG", worst);
+  }
 }
 
 // conv2d forward + backward (dx and dw), 3x3, padding 1, into 64 channels from x of `shape`:
@@ -294,6 +399,8 @@ int main() {
     }
   }
 
+  float8_gemm_rows(raw_gemm);
+
   ag::manual_seed(0);
   ag::nn::Sequential seed{ag::nn::Linear(10, 1)};
   seed.to(ag::Device::kCUDA);
@@ -348,9 +455,10 @@ int main() {
   std::array<GptRow, 3> gpt_rows{GptRow{"gpt 4x128, T 64, batch 16", "gpt 4x128", {}, 50, {}},
                                  GptRow{"gpt 6x384, T 256, batch 64", "gpt 6x384", ag::bench::kGptLarge, 20, {}},
                                  GptRow{"gpt2 124M, T 1024, batch 8", "gpt2 124M", gpt2, 10, {}}};
-  constexpr std::array<ag::DType, 3> kGptComputes{ag::DType::kFloat32, ag::DType::kFloat16, ag::DType::kBFloat16};
+  using ag::bench::Precision;
+  constexpr std::array<Precision, 3> kGptPrecisions{Precision::kFp32, Precision::kAmp, Precision::kAmpBf16};
   for (GptRow& row : gpt_rows) {
-    for (size_t i = 0; i < kGptComputes.size(); ++i) row.r[i] = gpt_step(row.shape, kGptComputes[i], row.iters);
+    for (size_t i = 0; i < kGptPrecisions.size(); ++i) row.r[i] = gpt_step(row.shape, kGptPrecisions[i], row.iters);
   }
   std::printf("\n%-34s %12s %12s %12s %10s %10s\n", "training step (AdamW, clipping)", "fp32", "fp16 amp", "bf16 amp",
               "fp32/fp16", "fp32/bf16");
@@ -389,8 +497,18 @@ int main() {
     }
     std::printf("\n");
   }
+  {
+    // GPT-2 small with its linears' GEMMs in FP8 (the rest in BF16), beside the BF16 AMP step.
+    const GptRow& row = gpt_rows.back();
+    const StepResult fp8 = gpt_step(row.shape, Precision::kFp8, row.iters);
+    std::printf("  %-32s %9.2f ms (bf16 amp %.2f ms, bf16/fp8 %.2f, host syncs per step %.2f, peak %.0f MiB)\n",
+                (row.tag + " step, FP8 linears").c_str(), fp8.seconds * 1e3, row.r[2].seconds * 1e3,
+                row.r[2].seconds / fp8.seconds, fp8.syncs_per_step, fp8.peak_mib);
+    std::printf("  %-32s %s\n", (row.tag + " losses, FP8").c_str(), check_losses(row.r[0], fp8, 6e-2).c_str());
+    print_launch_profile(row.tag + " fp8", fp8);
+  }
   for (const GptRow* row : {&gpt_rows[1], &gpt_rows.back()}) {
-    for (size_t i = 0; i < kGptComputes.size(); ++i) {
+    for (size_t i = 0; i < kGptPrecisions.size(); ++i) {
       print_launch_profile(row->tag + " " + std::array{"fp32", "fp16 amp", "bf16 amp"}[i], row->r[i]);
     }
   }

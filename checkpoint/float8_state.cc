@@ -2,6 +2,7 @@
 #include "checkpoint/float8_state.h"
 
 #include <array>
+#include <mutex>
 #include <set>
 
 #include "framework/error.h"
@@ -11,13 +12,7 @@ namespace ampgrad::checkpoint::detail {
 
 namespace {
 
-struct Role {
-  const char* name;
-  Float8ScalingState Float8LinearState::*member;
-};
-constexpr std::array<Role, 3> kRoles{{{"input", &Float8LinearState::input},
-                                      {"weight", &Float8LinearState::weight},
-                                      {"grad_output", &Float8LinearState::grad_output}}};
+
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -33,11 +28,12 @@ struct Parts {
 std::vector<std::pair<std::string, Tensor>> float8_tensors(const nn::Module& model) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [name, p] : model.named_parameters()) {
-    const Float8LinearState* state = p.impl()->float8.get();
+    Float8LinearState* state = p.impl()->float8.get();
     if (state == nullptr) continue;
-    for (const Role& role : kRoles) {
-      const Float8ScalingState& s = state->*role.member;
-      const std::string key = kFloat8Prefix + name + "." + role.name;
+    const std::lock_guard<std::mutex> lock(state->mutex);  // a backward on another thread may be casting
+    for (Float8Role role : kFloat8Roles) {
+      const Float8ScalingState& s = state->of(role);
+      const std::string key = kFloat8Prefix + name + "." + std::string(float8_role_name(role));
       out.emplace_back(key + ".scale", Tensor::from_vector(std::vector<float>{s.scale()}, {1}));
       out.emplace_back(key + ".amax_history",
                        Tensor::from_vector(s.amax_history(), {static_cast<int64_t>(s.amax_history().size())}));
@@ -56,9 +52,10 @@ std::map<std::string, std::shared_ptr<Float8LinearState>> float8_states_from(
   for (const auto& [key, t] : tensors) {
     if (key.rfind(prefix, 0) != 0 || model_keys.count(key) != 0) continue;  // a module named "fp8" has its own
     bool matched = false;
-    for (size_t r = 0; r < kRoles.size() && !matched; ++r) {
+    for (size_t r = 0; r < kFloat8Roles.size() && !matched; ++r) {
       for (const bool is_scale : {true, false}) {
-        const std::string tail = std::string(".") + kRoles[r].name + (is_scale ? ".scale" : ".amax_history");
+        const std::string tail =
+            "." + std::string(float8_role_name(kFloat8Roles[r])) + (is_scale ? ".scale" : ".amax_history");
         if (!ends_with(key, tail) || key.size() <= prefix.size() + tail.size()) continue;
         const std::string parameter = key.substr(prefix.size(), key.size() - prefix.size() - tail.size());
         AG_CHECK(parameters.count(parameter) != 0, "load_checkpoint(", path, "): FP8 state '", key,
@@ -78,13 +75,14 @@ std::map<std::string, std::shared_ptr<Float8LinearState>> float8_states_from(
   std::map<std::string, std::shared_ptr<Float8LinearState>> out;
   for (const auto& [parameter, p] : parts) {
     auto state = std::make_shared<Float8LinearState>();
-    for (size_t r = 0; r < kRoles.size(); ++r) {
+    for (size_t r = 0; r < kFloat8Roles.size(); ++r) {
       AG_CHECK(p.scale[r].defined() && p.history[r].defined(), "load_checkpoint(", path, "): the FP8 state of '",
-               parameter, "' lacks its ", kRoles[r].name, " scale or amax history");
+               parameter, "' lacks its ", float8_role_name(kFloat8Roles[r]), " scale or amax history");
       try {
-        (*state.*kRoles[r].member).restore(p.scale[r].item<float>(), p.history[r].to_vector());
+        state->of(kFloat8Roles[r]).restore(p.scale[r].item<float>(), p.history[r].to_vector());
       } catch (const Error& e) {
-        AG_FAIL("load_checkpoint(", path, "): the FP8 ", kRoles[r].name, " state of '", parameter, "': ", e.what());
+        AG_FAIL("load_checkpoint(", path, "): the FP8 ", float8_role_name(kFloat8Roles[r]), " state of '", parameter,
+                "': ", e.what());
       }
     }
     out[parameter] = std::move(state);

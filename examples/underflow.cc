@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace underflow {
@@ -84,6 +86,19 @@ Result train(Mode mode, const Config& config) {
 
   Result result;
   int64_t zeros = 0, total = 0, unchanged = 0, updated = 0;
+  struct CastTotals {
+    int64_t numel = 0, saturated = 0, flushed = 0;
+    void add(const ag::amp::Float8TensorStats& s) {
+      numel += s.numel;
+      saturated += s.saturated;
+      flushed += s.flushed;
+    }
+    double share(int64_t count) const {
+      return static_cast<double>(count) / static_cast<double>(std::max<int64_t>(numel, 1));
+    }
+  };
+  // Per weight, in the model's order: its name, its forward's casts and its gradient's.
+  std::vector<std::tuple<std::string, CastTotals, CastTotals>> fp8_casts;
   std::vector<double> magnitudes;
   for (int64_t step = 0; step < config.steps; ++step) {
     opt.zero_grad();
@@ -107,6 +122,20 @@ Result train(Mode mode, const Config& config) {
         zeros += g == 0.0f;
         ++total;
         if (!low && step == 0) magnitudes.push_back(std::fabs(g));
+      }
+    }
+    if (fp8_mode) {
+      const std::vector<ag::amp::Float8TensorStats> stats = ag::amp::float8_stats(model.named_parameters());
+      for (const ag::amp::Float8TensorStats& s : stats) {
+        const bool grad = s.role == ag::amp::Float8Role::kGradOutput;
+        auto it = std::find_if(fp8_casts.begin(), fp8_casts.end(),
+                               [&](const auto& c) { return std::get<0>(c) == s.name; });
+        if (it == fp8_casts.end()) it = fp8_casts.insert(it, {s.name, {}, {}});
+        (grad ? std::get<2>(*it) : std::get<1>(*it)).add(s);
+        if (grad && s.name == stats.back().name) {  // the output layer
+          result.fp8_grad_amax.push_back(s.amax);
+          result.fp8_grad_scale.push_back(s.scale);
+        }
       }
     }
     const std::vector<float> before = stored_weights();
@@ -139,6 +168,13 @@ Result train(Mode mode, const Config& config) {
   }
   result.final_scale = scaled ? scaler.get_scale() : 1.0;
   result.lost_update_fraction = static_cast<double>(unchanged) / static_cast<double>(std::max<int64_t>(updated, 1));
+  for (const auto& [name, forward, gradient] : fp8_casts) {
+    result.fp8_casts.push_back({.weight = name,
+                                .forward_saturated = forward.share(forward.saturated),
+                                .forward_flushed = forward.share(forward.flushed),
+                                .grad_saturated = gradient.share(gradient.saturated),
+                                .grad_flushed = gradient.share(gradient.flushed)});
+  }
   return result;
 }
 
@@ -233,6 +269,33 @@ std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>&
       paths.push_back((std::filesystem::path(dir) / "grad_exponents.png").string());
       utils::plot_png(exponents, paths.back());
     }
+  }
+  // Where each FP8 mode's scale puts the output layer's gradient in E5M2: unscaled, its largest
+  // value sits below the flush line and every gradient is lost; current scaling puts it at the
+  // top; delayed scaling at the top of its amax window (here: the first steps' larger gradients).
+  utils::Chart fp8{.title = "FP8: the output layer's largest gradient as cast (amax x scale) against E5M2's range",
+                   .xlabel = "step",
+                   .ylabel = "amax x scale (log scale)",
+                   .log_y = true};
+  std::vector<utils::Series> modes;
+  for (const auto& [mode, r] : runs) {
+    if (r.fp8_grad_amax.empty()) continue;
+    utils::Series scaled{.name = mode_name(mode), .x = steps_of(r.fp8_grad_amax.size()), .color = color_of(mode)};
+    for (size_t i = 0; i < r.fp8_grad_amax.size(); ++i) scaled.y.push_back(r.fp8_grad_amax[i] * r.fp8_grad_scale[i]);
+    modes.push_back(std::move(scaled));
+  }
+  if (!modes.empty()) {
+    // The format's levels first, so that the modes' curves are drawn over them.
+    const std::vector<double> ends{modes.front().x.front(), modes.front().x.back()};
+    const auto level = [&](const std::string& name, double y, const std::string& color) {
+      fp8.series.push_back({.name = name, .x = ends, .y = {y, y}, .color = color});
+    };
+    level("E5M2's largest (57344)", 57344.0, "#000000");
+    level("E5M2's smallest normal (2^-14)", std::ldexp(1.0, -14), "#2ca02c");
+    level("flushed to 0 below (2^-17)", std::ldexp(1.0, -17), "#d62728");
+    for (utils::Series& series : modes) fp8.series.push_back(std::move(series));
+    paths.push_back((std::filesystem::path(dir) / "fp8_grad_scale.png").string());
+    utils::plot_png(fp8, paths.back());
   }
   return paths;
 }

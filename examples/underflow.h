@@ -49,6 +49,17 @@ struct Result {
   ampgrad::amp::ExponentHistogram histogram;
   ampgrad::amp::ScaleRecommendation recommended;
   double scale_at_recommendation = 1.0;  // GradScaler's actual scale at that step
+  // FP8 modes: what each linear's casts lost over all steps (amp::float8_stats each step), as
+  // shares of the values cast: its input and weight (E4M3) together, its output gradient (E5M2).
+  struct Float8Casts {
+    std::string weight;  // the linear's weight, named as in named_parameters()
+    double forward_saturated = 0.0, forward_flushed = 0.0, grad_saturated = 0.0, grad_flushed = 0.0;
+  };
+  std::vector<Float8Casts> fp8_casts;
+  // Per step, the output layer's gradient (the first the backward casts): its amax and its scale.
+  // amax * scale is where the cast put the largest value: at most E5M2's 57344; scaled values at
+  // or below 2^-17 flush to zero.
+  std::vector<double> fp8_grad_amax, fp8_grad_scale;
 };
 
 struct Config {
@@ -70,7 +81,8 @@ std::vector<Mode> all_modes();
 
 /// Draws the runs into `dir` (created): loss.png (every mode's loss, log scale), scale.png (the
 /// dynamic scaler's scale and skipped steps), grad_exponents.png (the true gradients' exponent
-/// histogram and the same scaled by the dynamic scaler's final scale, over FP16's ranges).
+/// histogram and the same scaled by the dynamic scaler's final scale, over FP16's ranges),
+/// fp8_grad_scale.png (where each FP8 mode's scale puts the output layer's gradient in E5M2).
 /// Returns the paths written. Needs gnuplot (utils::gnuplot_available()).
 std::vector<std::string> write_plots(const std::vector<std::pair<Mode, Result>>& runs, const std::string& dir);
 

@@ -3,7 +3,8 @@
 // GradScaler; in BF16 autocast without scaling; with BF16 parameters without masters, with FP32
 // masters and rounded stochastically without masters; and with linear's GEMMs in FP8 without
 // scaling, with current scaling and with delayed scaling.
-//   underflow_demo [--plot DIR]   DIR: loss.png, scale.png, grad_exponents.png (needs gnuplot)
+//   underflow_demo [--plot DIR]   DIR: loss.png, scale.png, grad_exponents.png, fp8_grad_scale.png
+//                                 (needs gnuplot)
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -44,6 +45,16 @@ int main(int argc, char** argv) {
                 r.final_loss, 100.0 * r.zero_grad_fraction, static_cast<long long>(r.skipped_steps),
                 static_cast<long long>(r.scale_growths), r.final_scale, 100.0 * r.lost_update_fraction);
     if (mode == Mode::kFp16DynamicScale) dynamic = &r;
+  }
+  std::printf("\nFP8 casts over all steps (amp::float8_stats), shares of the values each linear cast:\n");
+  std::printf("%-24s %-9s %14s %14s %14s %14s\n", "mode", "weight", "in+w satur.", "in+w flushed", "grad satur.",
+              "grad flushed");
+  for (const auto& [mode, r] : runs) {
+    for (const underflow::Result::Float8Casts& c : r.fp8_casts) {
+      std::printf("%-24s %-9s %13.4g%% %13.4g%% %13.4g%% %13.4g%%\n", underflow::mode_name(mode).c_str(),
+                  c.weight.c_str(), 100.0 * c.forward_saturated, 100.0 * c.forward_flushed,
+                  100.0 * c.grad_saturated, 100.0 * c.grad_flushed);
+    }
   }
   if (dynamic != nullptr && !dynamic->recommended.empty) {
     std::printf("\ngradient statistics (every %lld steps): recommended scale %s (%.2f%% of values underflow "

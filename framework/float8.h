@@ -85,6 +85,16 @@ AG_HOST_DEVICE constexpr uint32_t to_float_bits(uint8_t code) {
   return sign | ((exponent - static_cast<uint32_t>(F::kBias) + 127u) << 23) | (mantissa << (23 - m));
 }
 
+/// The smallest |v| (as binary32 bits) that rounds past the format's largest value: half an ulp
+/// above it, the tie included when it rounds up (to an even code beyond the top, as in E5M2). The
+/// saturating cast clamps values from here on (464 is the first E4M3 clamps past, 61440 the first
+/// E5M2 does); below it the clamp changes nothing that rounding would not.
+template <typename T>
+AG_HOST_DEVICE constexpr uint32_t saturation_bits() {
+  using F = Format<T>;
+  return to_float_bits<T>(F::kMaxCode) + (1u << (22 - F::kMantissaBits)) + ((F::kMaxCode & 1u) ? 0u : 1u);
+}
+
 /// binary32 bits -> code, round to nearest even, subnormals kept; past the range the plain cast
 /// gives kOverflowCode (saturate = false) and the saturating cast kMaxCode (saturate = true); a
 /// NaN gives 0x7f with its sign.

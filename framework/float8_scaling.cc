@@ -71,6 +71,24 @@ void Float8ScalingState::restore(float scale, std::vector<float> history) {
   history_ = std::move(history);
 }
 
+void Float8ScalingState::record_cast(const Float8CastCounts& cast) {
+  counts_.format = cast.format;
+  counts_.scale = cast.scale;
+  counts_.amax = std::isnan(counts_.amax) || std::isnan(cast.amax) ? NAN : std::max(counts_.amax, cast.amax);
+  counts_.numel += cast.numel;
+  counts_.saturated += cast.saturated;
+  counts_.flushed += cast.flushed;
+}
+
+std::string_view float8_role_name(Float8Role role) {
+  switch (role) {
+    case Float8Role::kInput: return "input";
+    case Float8Role::kWeight: return "weight";
+    case Float8Role::kGradOutput: return "grad_output";
+  }
+  return "?";
+}
+
 namespace fp8 {
 namespace {
 

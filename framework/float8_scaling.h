@@ -14,8 +14,10 @@
 // tensor instead of two; current scaling takes this step's amax.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <mutex>
 #include <vector>
 
@@ -61,6 +63,19 @@ struct Float8Recipe {
 /// (fp8_max(format) / amax) * 2^-margin, with the rules above; `previous` when amax is 0, inf or NaN.
 float float8_scale(float amax, DType format, int margin, bool power_of_two, float previous);
 
+/// What scaled casts x -> saturate(x * scale) saw: what one cast returns (the FP8 kernels), and
+/// what a tensor's casts of a step add up to (its scaling state; the FP8 diagnostics read it).
+struct Float8CastCounts {
+  DType format = DType::kFloat8E4M3;  ///< the 8-bit format (a step's: of its latest cast)
+  float scale = 1.0f;     ///< the scale (a step's: of its latest cast)
+  float amax = 0.0f;      ///< the largest |x| (NaN if one was NaN; 0 for none); this process's alone
+  int64_t numel = 0;      ///< elements cast
+  /// with |x * scale| rounding past the format's largest value, so that the clamp changed them
+  /// (above 464 in E4M3, from 61440 in E5M2: half an ulp past the top; infs too)
+  int64_t saturated = 0;
+  int64_t flushed = 0;    ///< nonzero, cast to +-0 (at or below half the format's smallest subnormal)
+};
+
 /// One tensor's scaling state: its scale and amax history. history[0] collects the amax of the
 /// step in progress (record_amax); update() closes the step as Transformer Engine's
 /// amax_and_scale_update does: amax from the whole window (kMax) or history[0] (kMostRecent), the
@@ -85,6 +100,11 @@ class Float8ScalingState {
   void set_from_amax(float amax, const Float8Recipe& recipe, DType format);
   /// For checkpoints: the state exactly as saved.
   void restore(float scale, std::vector<float> history);
+  /// This step's casts so far: start_step_counts starts a step's afresh (none cast yet, in
+  /// `format`), record_cast adds one cast's.
+  const Float8CastCounts& step_counts() const { return counts_; }
+  void start_step_counts(DType format) { counts_ = {.format = format}; }
+  void record_cast(const Float8CastCounts& cast);
 
   /// The latest step that used this state (Float8Guard regions count steps); an older step (a
   /// second micro-batch's backward after the next forward) records into the current one.
@@ -93,7 +113,16 @@ class Float8ScalingState {
  private:
   float scale_ = 1.0f;
   std::vector<float> history_;
+  Float8CastCounts counts_;
 };
+
+/// Which tensor of an FP8 linear a scaling state belongs to (Transformer Engine's fp8_meta roles).
+enum class Float8Role : uint8_t { kInput, kWeight, kGradOutput };
+/// The three, in the order checkpoints and the diagnostics list them.
+inline constexpr std::array<Float8Role, 3> kFloat8Roles{Float8Role::kInput, Float8Role::kWeight,
+                                                        Float8Role::kGradOutput};
+/// "input", "weight" or "grad_output" (checkpoint keys and diagnostics use them).
+std::string_view float8_role_name(Float8Role role);
 
 /// The scaling states of one linear's weight (Transformer Engine's fp8_meta of a Linear): its
 /// input, itself, and its output's gradient. Lives with the weight (TensorImpl::float8). `mutex`
@@ -101,6 +130,11 @@ class Float8ScalingState {
 struct Float8LinearState {
   Float8ScalingState input, weight, grad_output;
   std::mutex mutex;
+
+  /// The state of `role`.
+  Float8ScalingState& of(Float8Role role) {
+    return role == Float8Role::kInput ? input : role == Float8Role::kWeight ? weight : grad_output;
+  }
 };
 
 namespace fp8 {

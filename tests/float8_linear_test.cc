@@ -119,7 +119,7 @@ TEST(Float8Kernels, AmaxAndTheScaledCastOverManyPieces) {
   const Tensor x = Tensor::from_vector(values, {600, 600}).to(DType::kBFloat16);
   EXPECT_EQ(ag::kernels::cpu::amax(x), 7.5f);
   Tensor q = Tensor::empty({600, 600}, DType::kFloat8E5M2);
-  EXPECT_EQ(ag::kernels::cpu::quantize_float8(x, 3.0f, q), 7.5f);
+  EXPECT_EQ(ag::kernels::cpu::quantize_float8(x, 3.0f, q).amax, 7.5f);
   const std::vector<float> wide = x.to_vector();
   std::vector<uint8_t> want(wide.size());
   ag::float_to_float8_saturated(wide.data(), 3.0f, reinterpret_cast<ag::Float8E5M2*>(want.data()), wide.size());
@@ -137,7 +137,7 @@ TEST(Float8Kernels, TheScaledCastMatchesTheReferenceOnEveryBfloat16Value) {
   for (DType format : ag::kFloat8DTypes) {
     for (float scale : {1.0f, 3.7f, 1e-30f, 1e30f, 448.0f / 3.0f}) {
       Tensor q = Tensor::empty({65536}, format);
-      ag::kernels::cpu::quantize_float8(every, scale, q);
+      const ag::Float8CastCounts cast = ag::kernels::cpu::quantize_float8(every, scale, q);
       std::vector<uint8_t> want(wide.size());
       if (format == DType::kFloat8E4M3) {
         ag::float_to_float8_saturated(wide.data(), scale, reinterpret_cast<ag::Float8E4M3*>(want.data()), wide.size());
@@ -146,14 +146,52 @@ TEST(Float8Kernels, TheScaledCastMatchesTheReferenceOnEveryBfloat16Value) {
       }
       const auto* got = static_cast<const uint8_t*>(q.data_ptr());
       int wrong = 0;
+      // The counts as the diagnostics define them: clamped (|x * scale| rounds past the largest
+      // finite value: above 464 in E4M3, whose tie rounds down to 448's even code, and from 61440
+      // in E5M2, whose tie rounds up to inf's; infs too) and flushed (x nonzero and not NaN, its
+      // code +-0).
+      const bool e4m3 = format == DType::kFloat8E4M3;
+      int64_t saturated = 0, flushed = 0;
       for (size_t i = 0; i < want.size(); ++i) {
         if (got[i] != want[i] && ++wrong <= 3) {
           ADD_FAILURE() << ag::dtype_name(format) << " scale " << scale << ": " << wide[i] << " gave 0x" << std::hex
                         << int{got[i]} << ", reference 0x" << int{want[i]};
         }
+        const float product = wide[i] * scale;  // in float, as the cast scales
+        const float magnitude = std::fabs(product);
+        saturated += !std::isnan(product) && (e4m3 ? magnitude > 464.0f : magnitude >= 61440.0f);
+        flushed += wide[i] != 0.0f && !std::isnan(wide[i]) && (want[i] & 0x7f) == 0;
       }
       EXPECT_EQ(wrong, 0);
+      EXPECT_EQ(cast.saturated, saturated) << ag::dtype_name(format) << " scale " << scale;
+      EXPECT_EQ(cast.flushed, flushed) << ag::dtype_name(format) << " scale " << scale;
+      EXPECT_GT(saturated + flushed, 0);  // every scale here moves some values out of range
+      EXPECT_TRUE(std::isnan(cast.amax));  // the patterns include NaNs
     }
+  }
+}
+
+// On the CPU the pair cast is the scaled cast alone: the packed GEMM reads either layout, so no
+// transposed twin is made (one passed in is dropped), and the codes, amax and counts are
+// quantize_float8's.
+TEST(Float8Kernels, ThePairCastOnTheCpuIsTheScaledCastWithNoTwin) {
+  std::vector<float> values = random_floats(33 * 65, -2, 2, 37);
+  values[3] = 1e-9f;      // flushed to zero in both formats
+  values[40] = 65536.0f;  // saturated in both (exact in bfloat16)
+  const Tensor x = Tensor::from_vector(values, {33, 65}).to(DType::kBFloat16);
+  for (DType format : ag::kFloat8DTypes) {
+    Tensor want = Tensor::empty({33, 65}, format), got = Tensor::empty({33, 65}, format);
+    Tensor twin = Tensor::empty({65, 33}, format);
+    const ag::Float8CastCounts w = ag::kernels::cpu::quantize_float8(x, 3.0f, want);
+    const ag::Float8CastCounts g = ag::kernels::quantize_float8_pair(x, 3.0f, got, twin);
+    EXPECT_FALSE(twin.defined()) << ag::dtype_name(format);
+    EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), 33 * 65), 0) << ag::dtype_name(format);
+    EXPECT_EQ(std::bit_cast<uint32_t>(g.amax), std::bit_cast<uint32_t>(w.amax));
+    EXPECT_EQ(g.amax, 65536.0f);
+    EXPECT_EQ(g.saturated, w.saturated);
+    EXPECT_EQ(g.flushed, w.flushed);
+    EXPECT_GT(g.saturated, 0);
+    EXPECT_GT(g.flushed, 0);
   }
 }
 

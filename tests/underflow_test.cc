@@ -83,9 +83,12 @@ TEST(UnderflowDemo, PlotsAreNonEmptyPngsOfTheExpectedSize) {
       std::filesystem::path(::testing::TempDir()) / ("underflow_plots_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   const std::vector<std::string> paths = underflow::write_plots(runs, dir.string());
-  ASSERT_EQ(paths.size(), 3u);
+  ASSERT_EQ(paths.size(), 4u);
   const std::vector<std::pair<std::string, std::pair<uint32_t, uint32_t>>> expected = {
-      {"loss.png", {800, 480}}, {"scale.png", {800, 480}}, {"grad_exponents.png", {900, 400}}};
+      {"loss.png", {800, 480}},
+      {"scale.png", {800, 480}},
+      {"grad_exponents.png", {900, 400}},
+      {"fp8_grad_scale.png", {800, 480}}};
   for (size_t i = 0; i < paths.size(); ++i) {
     SCOPED_TRACE(paths[i]);
     EXPECT_EQ(std::filesystem::path(paths[i]).filename(), expected[i].first);
@@ -142,6 +145,40 @@ TEST(UnderflowDemo, Fp8NeedsEveryTensorScaled) {
     EXPECT_LT(r.final_loss, plain.final_loss / 100.0);
     EXPECT_LT(r.final_loss, 1e-3);
   }
+  // The FP8 diagnostics say why: unscaled, the output layer's casts flush every gradient to zero
+  // (the zeros it passes back are exact, not flushed); scaled, almost none flushes, and under
+  // current scaling nothing saturates.
+  ASSERT_EQ(plain.fp8_casts.size(), 2u);
+  const underflow::Result::Float8Casts& output = plain.fp8_casts.back();
+  EXPECT_EQ(output.weight, "2.weight");
+  EXPECT_EQ(output.grad_flushed, 1.0);
+  EXPECT_EQ(output.grad_saturated, 0.0);
+  EXPECT_EQ(plain.fp8_casts.front().grad_flushed, 0.0);
+  ASSERT_EQ(current.fp8_casts.size(), 2u);
+  for (const underflow::Result::Float8Casts& c : current.fp8_casts) {
+    EXPECT_EQ(c.grad_saturated, 0.0) << c.weight;
+    EXPECT_EQ(c.forward_saturated, 0.0) << c.weight;
+    EXPECT_EQ(c.grad_flushed, 0.0) << c.weight;
+    EXPECT_LT(c.forward_flushed, 1e-5) << c.weight;  // a few values in a million
+  }
+  // Delayed scaling flushes the output layer's gradients of the first step, cast at scale 1 before
+  // any amax was seen, and about half of the first layer's of the second (its first step received
+  // exact zeros, whose amax 0 keeps the scale at 1; a dead ReLU's zeros are the other half).
+  const int64_t steps = underflow::Config{}.steps;
+  ASSERT_EQ(delayed.fp8_casts.size(), 2u);
+  EXPECT_GE(delayed.fp8_casts.back().grad_flushed, 1.0 / steps);
+  EXPECT_LT(delayed.fp8_casts.back().grad_flushed, 1.01 / steps);
+  EXPECT_GT(delayed.fp8_casts.front().grad_flushed, 0.4 / steps);
+  EXPECT_LT(delayed.fp8_casts.front().grad_flushed, 0.6 / steps);
+  for (const underflow::Result::Float8Casts& c : delayed.fp8_casts) EXPECT_LT(c.forward_flushed, 1e-5) << c.weight;
+  ASSERT_EQ(plain.fp8_grad_amax.size(), static_cast<size_t>(underflow::Config{}.steps));
+  for (size_t step = 0; step < current.fp8_grad_amax.size(); ++step) {
+    EXPECT_EQ(plain.fp8_grad_scale[step], 1.0);
+    EXPECT_LT(plain.fp8_grad_amax[step], std::ldexp(1.0, -17));  // below the flush line: all lost
+    // Current scaling maps this step's amax onto the largest value (to float's rounding).
+    EXPECT_NEAR(current.fp8_grad_amax[step] * current.fp8_grad_scale[step], 57344.0, 0.1);
+  }
+  EXPECT_TRUE(fp32.fp8_grad_amax.empty());
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 #   tools/gpu_check.sh build   (here, with the CUDA toolkit): builds the CUDA test and benchmark
 #                              binaries with ampgrad, libstdc++, zlib and the CUDA runtime linked in
 #                              statically; they need only glibc (>= the floor printed and stored in
-#                              BUILD_INFO), libgcc_s, and at run time the driver and libcublas.so.13
-#                              (loaded with dlopen). nccl_test also needs MPI and libnccl.so.2:
+#                              BUILD_INFO), libgcc_s, and at run time the driver, libcublas.so.13
+#                              and libcublasLt.so.13 (loaded with dlopen). nccl_test also needs MPI and libnccl.so.2:
 #                              this machine's MPI runtime (libraries, components, help text) is
 #                              packed beside it in mpi-runtime.tar.gz, NCCL is the GPU machine's.
 #                              Also builds examples/char_gpt and copies a text for it to train on
@@ -12,7 +12,8 @@
 #                              Copies them and this script into the git-ignored .gpu_build/
 #                              (about 45 MB; ship that folder).
 #   tools/gpu_check.sh run     (on the GPU machine, from .gpu_build/ or the repo root): checks with
-#                              ldd that every binary loads, finds libcublas.so.13 (Python's CUDA 13
+#                              ldd that every binary loads, finds libcublas.so.13 and
+#                              libcublasLt.so.13 (Python's CUDA 13
 #                              wheels, then ldconfig, then /usr/local/cuda*; never a walk of /), runs
 #                              every binary with AMPGRAD_REQUIRE_CUDA=1 (a skipped CUDA test is a
 #                              failure), a test that failed once more with AMPGRAD_CUDA_SYNC=1 (every
@@ -298,6 +299,15 @@ run() {
     echo "cuBLAS: $lib"
   else
     echo "warning: no libcublas.so.13 found (Python wheels, ldconfig, /usr/local/cuda*); GEMMs will fail" >&2
+  fi
+  # cuBLASLt (the FP8 GEMMs) sits beside cuBLAS in the wheels and toolkits; look for it on its own
+  # in case an install splits them.
+  local lt_lib
+  if lt_lib="$(find_cuda_lib libcublasLt.so.13 "cu13/lib cublas/lib")"; then
+    [[ "$lt_lib" == "$lib" ]] || export LD_LIBRARY_PATH="$lt_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "cuBLASLt: $lt_lib"
+  else
+    echo "warning: no libcublasLt.so.13 found (Python wheels, ldconfig, /usr/local/cuda*); FP8 GEMMs will fail" >&2
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not found"
   export AMPGRAD_REQUIRE_CUDA=1

@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$out"
 
 bazel-bin/examples/underflow_demo --plot "$tmp/underflow" >/dev/null
-for chart in loss scale grad_exponents; do cp "$tmp/underflow/$chart.png" "$out/underflow_$chart.png"; done
+for chart in loss scale grad_exponents fp8_grad_scale; do cp "$tmp/underflow/$chart.png" "$out/underflow_$chart.png"; done
 
 for precision in fp16 bf16; do
   OMP_NUM_THREADS=1 bazel-bin/examples/char_gpt --amp="$precision" --steps=800 --eval-every=200 \

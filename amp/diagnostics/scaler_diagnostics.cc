@@ -3,6 +3,7 @@
 #include "amp/diagnostics/scaler_diagnostics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "amp/diagnostics/forward_watch.h"
@@ -112,6 +113,16 @@ void ScalerDiagnostics::diagnose(const UnscalePass& pass) {
                             .nans = c.nans,
                             .numel = pass.outs[k].numel(),
                             .backward_order = order != backward_order_.end() ? order->second : 0});
+  }
+  // The FP8 casts of this optimizer's parameters that met an inf/NaN or clamped values.
+  std::vector<std::pair<std::string, Tensor>> named;
+  for (size_t index : pass.indices) {
+    if (pass.params[index].impl()->float8 != nullptr) {
+      named.emplace_back(parameter_name(pass.params[index], index), pass.params[index]);
+    }
+  }
+  for (Float8TensorStats& s : float8_stats(named)) {
+    if (!std::isfinite(s.amax) || s.saturated > 0) skip_->float8.push_back(std::move(s));
   }
   // Unknown order (0) last, in the optimizer's order.
   const auto key = [](const NonfiniteGrad& g) {

@@ -37,14 +37,18 @@ std::string SkipReport::to_string() const {
   }
   if (grads.empty()) {
     out << "; no gradient of this process held an inf/NaN";
-    return out.str();
+  } else {
+    out << "; first inf/NaN gradient: '" << grads.front().name << "'";
+    out << " (" << grads.size() << " parameter" << (grads.size() == 1 ? "" : "s") << " affected, in backward order:";
+    for (const NonfiniteGrad& g : grads) {
+      out << " " << g.name << " [" << g.infs << " inf, " << g.nans << " NaN of " << g.numel << "]";
+    }
+    out << ")";
   }
-  out << "; first inf/NaN gradient: '" << grads.front().name << "'";
-  out << " (" << grads.size() << " parameter" << (grads.size() == 1 ? "" : "s") << " affected, in backward order:";
-  for (const NonfiniteGrad& g : grads) {
-    out << " " << g.name << " [" << g.infs << " inf, " << g.nans << " NaN of " << g.numel << "]";
+  if (!float8.empty()) {
+    out << "; FP8 casts that met an inf/NaN or saturated:";
+    for (const Float8TensorStats& s : float8) out << " [" << s.to_string() << "]";
   }
-  out << ")";
   return out.str();
 }
 

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "amp/diagnostics/float8_stats.h"
+
 namespace ampgrad::amp {
 
 /// Where the inf/NaN of a skipped step came from, decided in this order (the first that applies):
@@ -40,6 +42,10 @@ struct SkipReport {
   /// an inf flows from where it arose toward the inputs, so the first is nearest its origin.
   /// Empty when no gradient of this process held one (another process's did).
   std::vector<NonfiniteGrad> grads{};
+  /// The FP8 tensors of the optimizer's parameters (see float8_stats) whose casts in the latest
+  /// Float8Guard step met an inf/NaN or saturated: under FP8 an overflow shows here first. With
+  /// gradient accumulation that is the last micro-batch's casts only. Empty outside FP8.
+  std::vector<Float8TensorStats> float8{};
 
   /// The first parameter (grads.front().name), or "" when grads is empty.
   std::string culprit() const;

@@ -1,9 +1,7 @@
 // Loads cuBLAS with dlopen instead of linking it: binaries of a CUDA build then need no CUDA
 // library to start (the runtime is static), and only a GEMM on a GPU needs libcublas.so.
-#include <dlfcn.h>
-
 #include "ops/linear/cublas.h"
-#include "ops/cuda_paths.h"
+#include "ops/linear/cuda_library.h"
 
 namespace ampgrad::kernels::cuda {
 
@@ -14,31 +12,16 @@ namespace {
 
 template <typename Fn>
 void resolve(void* lib, const std::string& path, const char* symbol, Fn& fn) {
-  dlerror();
-  void* address = dlsym(lib, symbol);
-  AG_CHECK(address != nullptr, "cuBLAS: ", path, " has no symbol ", symbol, " (", dlerror(),
-           "); hint: ampgrad needs cuBLAS ", CUBLAS_VER_MAJOR, ".", CUBLAS_VER_MINOR, " or a newer ",
-           CUBLAS_VER_MAJOR, ".x");
-  fn = reinterpret_cast<Fn>(address);
+  library::resolve(lib, "cuBLAS", path, symbol, CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, fn);
 }
 
 }  // namespace
 
-std::vector<std::string> cublas_candidates() {
-  const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-  return {name, std::string(AMPGRAD_CUDA_LIB_DIR) + "/" + name};
-}
+std::vector<std::string> cublas_candidates() { return library::candidates("libcublas", CUBLAS_VER_MAJOR); }
 
 CublasApi load_cublas(const std::vector<std::string>& candidates) {
-  std::string tried;
-  for (const std::string& path : candidates) {
-    // RTLD_GLOBAL is not needed: libcublas finds its libcublasLt through its own $ORIGIN runpath.
-    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* why = dlerror();
-      tried += "\n  " + path + ": " + (why != nullptr ? why : "not loaded");
-      continue;
-    }
+  std::string tried, path;
+  if (void* lib = library::open_first(candidates, path, tried); lib != nullptr) {
     CublasApi api;
     api.path = path;
     resolve(lib, path, AG_CUBLAS_STR(cublasCreate), api.create);
@@ -49,7 +32,7 @@ CublasApi load_cublas(const std::vector<std::string>& candidates) {
     resolve(lib, path, AG_CUBLAS_STR(cublasGemmStridedBatchedEx), api.gemm_strided_batched_ex);
     resolve(lib, path, AG_CUBLAS_STR(cublasGetStatusName), api.status_name);
     resolve(lib, path, AG_CUBLAS_STR(cublasGetStatusString), api.status_string);
-    return api;  // the library stays loaded for the life of the process
+    return api;
   }
   AG_FAIL("cuBLAS could not be loaded; tried:", tried, "\nhint: a GEMM on the GPU needs cuBLAS ",
           CUBLAS_VER_MAJOR, ": install the CUDA ", CUBLAS_VER_MAJOR,

@@ -1,8 +1,9 @@
 // GEMM through cuBLAS (loaded at run time, see cublas.h). float16 and bfloat16:
 // cublasGemmStridedBatchedEx with 16-bit inputs/outputs (CUDA_R_16F, CUDA_R_16BF) and FP32 compute
-// (CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation, one rounding of the result). float32: FP32,
-// TF32 only when cuda::set_allow_tf32(true). float64: FP64. A bias is fused by pre-filling C and
-// using beta = 1.
+// (CUBLAS_COMPUTE_32F: tensor cores, FP32 accumulation, one rounding of the result), or 16-bit
+// inputs and a float32 output (the FP8 fallback). float32: FP32, TF32 only when
+// cuda::set_allow_tf32(true). float64: FP64. A bias is fused by pre-filling C and using beta = 1.
+// FP8 operands go to gemm_float8 (linear_float8_gemm_cuda.cu: cuBLASLt).
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
 #include "ops/linear/cublas.h"
+#include "ops/linear/linear_float8_kernels.h"
 #include "ops/linear/linear_kernels.h"
 
 namespace ampgrad::kernels::cuda {
@@ -64,6 +66,10 @@ cublasHandle_t cublas_handle() {
 }
 
 void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b, const Tensor& bias, Tensor& out) {
+  if (is_float8(a.dtype()) || is_float8(b.dtype())) {
+    gemm_float8(a, trans_a, b, trans_b, bias, out);
+    return;
+  }
   const auto batch_of = [](const Tensor& t) { return t.dim() == 3 ? t.size(0) : int64_t{1}; };
   const int64_t batch = batch_of(out);
   const int64_t m = out.size(-2), n = out.size(-1);
@@ -110,24 +116,28 @@ void gemm(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b
   const float alpha32 = 1.0f, beta32 = has_bias ? 1.0f : 0.0f;
   const double alpha64 = 1.0, beta64 = has_bias ? 1.0 : 0.0;
   const bool f64 = dtype == DType::kFloat64;
-  const cudaDataType_t type = dtype == DType::kFloat16    ? CUDA_R_16F
-                              : dtype == DType::kBFloat16 ? CUDA_R_16BF
-                              : f64                       ? CUDA_R_64F
-                                                          : CUDA_R_32F;
+  const auto type_of = [](DType t) {
+    return t == DType::kFloat16    ? CUDA_R_16F
+           : t == DType::kBFloat16 ? CUDA_R_16BF
+           : t == DType::kFloat64  ? CUDA_R_64F
+                                   : CUDA_R_32F;
+  };
+  // a and b share a dtype; out has it too but for 16-bit operands with a float32 result.
+  const cudaDataType_t in_type = type_of(a.dtype()), type = type_of(dtype);
   // float32 keeps full FP32 multiplies unless cuda::set_allow_tf32(true) asks for TF32 tensor cores.
-  const bool tf32 = dtype == DType::kFloat32 && ::ampgrad::cuda::allow_tf32();
+  const bool tf32 = a.dtype() == DType::kFloat32 && ::ampgrad::cuda::allow_tf32();
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : static_cast<const void*>(&alpha32);
   const void* beta = f64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta32);
   if (batch == 1) {
     // One product: the plain GEMM, as PyTorch's addmm issues (cuBLAS may choose other kernels for
     // a strided batch of one), and what bench/cuda_bench.cc times as "cuBLAS alone".
-    AG_CUBLAS_CHECK(cublas().gemm_ex(handle, op_first, op_second, cm, cn, ck, alpha, b.data_ptr(), type, ld_first,
-                                     a.data_ptr(), type, ld_second, beta, out.data_ptr(), type, ldc, compute,
+    AG_CUBLAS_CHECK(cublas().gemm_ex(handle, op_first, op_second, cm, cn, ck, alpha, b.data_ptr(), in_type, ld_first,
+                                     a.data_ptr(), in_type, ld_second, beta, out.data_ptr(), type, ldc, compute,
                                      CUBLAS_GEMM_DEFAULT));
   } else {
     AG_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(handle, op_first, op_second, cm, cn, ck, alpha, b.data_ptr(),
-                                                     type, ld_first, stride_first, a.data_ptr(), type, ld_second,
+                                                     in_type, ld_first, stride_first, a.data_ptr(), in_type, ld_second,
                                                      stride_second, beta, out.data_ptr(), type, ldc, stride_c,
                                                      static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
   }

@@ -10,9 +10,9 @@ namespace ampgrad::ops::detail {
 /// format (E5M2 under kHybrid), each by its own scale from the scaling state that lives with w;
 /// FP32 accumulation, products descaled by the inverse scales. y takes the autocast dtype when
 /// autocast is on for the device, else x's; dx and dw take x's and w's dtypes, db dy's.
-/// Undefined where it does not apply, and linear then runs as it would outside the guard: on a
-/// device without FP8 GEMMs yet (CUDA; said once on stderr) and for float64 x (autocast leaves
-/// float64 alone too).
+/// On CUDA the GEMMs are cuBLASLt's FP8 matmul (bfloat16 GEMMs of the same values on GPUs without
+/// FP8 tensor cores and for shapes it refuses). Undefined for float64 x (autocast leaves float64
+/// alone too), and linear then runs as it would outside the guard.
 Tensor linear_float8(const Tensor& x, const Tensor& w, const Tensor& b);
 
 /// linear's input checks (devices, shapes; dtypes all equal when same_dtype), shared by both paths.

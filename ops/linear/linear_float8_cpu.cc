@@ -1,6 +1,6 @@
 // The element-wise halves of the CPU FP8 linear (linear_float8_kernels.h): the scaled saturating
-// cast with its amax in the same pass, the amax alone (current scaling), and the epilogue that
-// descales the float products and adds the bias. The GEMM itself is the packed GEMM, which decodes
+// cast with its amax and its saturated and flushed counts in the same pass, the amax alone
+// (current scaling), and the epilogue that descales the float products and adds the bias. The GEMM itself is the packed GEMM, which decodes
 // FP8 operands exactly while it packs them (linear_gemm_pack_cpu.cc).
 //
 // The cast is framework/float8.h's saturating one written without branches, so that -O3
@@ -50,63 +50,92 @@ inline uint8_t saturated_code(float x) {
   return static_cast<uint8_t>(sign | (a > 0x7f800000u ? 0x7fu : code));
 }
 
-// dst[j] = saturated_code(x[j] * scale); returns the largest |x[j]| as bits.
-template <typename T>
-uint32_t cast_chunk(const float* x, int64_t count, float scale, uint8_t* dst) {
-  uint32_t amax = 0;
-  for (int64_t j = 0; j < count; ++j) {
-    amax = std::max(amax, abs_bits(x[j]));
-    dst[j] = saturated_code<T>(x[j] * scale);
+// A pass's partial result: the amax as bits, and the cast's counts (zero for amax alone).
+struct Partial {
+  uint32_t amax_bits = 0;
+  int64_t saturated = 0, flushed = 0;
+
+  void add(const Partial& other) {
+    amax_bits = std::max(amax_bits, other.amax_bits);
+    saturated += other.saturated;
+    flushed += other.flushed;
   }
-  return amax;
+};
+
+// dst[j] = saturated_code(x[j] * scale), with the largest |x[j]| as bits and how many products
+// the clamp changed (saturated: at or past fp8::saturation_bits, infs too) or nonzero x[j] came out as
+// +-0 (flushed). The counts are 32-bit (a chunk has at most kChunk elements) so that the loop
+// stays vectorised.
+template <typename T>
+Partial cast_chunk(const float* x, int64_t count, float scale, uint8_t* dst) {
+  constexpr uint32_t clamped_bits = fp8::saturation_bits<T>();
+  uint32_t amax = 0;
+  int32_t saturated = 0, flushed = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    const uint32_t a = abs_bits(x[j]);
+    const float v = x[j] * scale;
+    const uint32_t av = abs_bits(v);
+    const uint8_t code = saturated_code<T>(v);
+    amax = std::max(amax, a);
+    saturated += static_cast<int32_t>((av >= clamped_bits) & (av <= 0x7f800000u));
+    flushed += static_cast<int32_t>(((code & 0x7fu) == 0) & (a != 0));
+    dst[j] = code;
+  }
+  return {amax, saturated, flushed};
 }
 
-// fn(floats, count, offset) -> amax bits, over src widened to float kChunk at a time, on the pool;
-// returns the largest of fn's results.
+// fn(floats, count, offset) -> Partial, over src widened to float kChunk at a time, on the pool;
+// returns the partials combined.
 template <typename Fn>
-uint32_t over_chunks(const Tensor& src, Fn&& fn) {
+Partial over_chunks(const Tensor& src, Fn&& fn) {
   const int64_t n = src.numel();
-  uint32_t amax = 0;
+  Partial total;
   std::mutex mutex;
   visit_floating_dtype(src.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* data = static_cast<const T*>(src.data_ptr());
     parallel_range(n, kElementwiseGrain, [&](int64_t lo, int64_t hi) {
       float wide[kChunk];
-      uint32_t a = 0;
+      Partial part;
       for (int64_t i = lo; i < hi; i += kChunk) {
         const int64_t count = std::min(kChunk, hi - i);
         if constexpr (std::is_same_v<T, float>) {
-          a = std::max(a, fn(data + i, count, i));
+          part.add(fn(data + i, count, i));
         } else {
           for (int64_t j = 0; j < count; ++j) wide[j] = static_cast<float>(load(data[i + j]));
-          a = std::max(a, fn(wide, count, i));
+          part.add(fn(wide, count, i));
         }
       }
       const std::lock_guard<std::mutex> lock(mutex);
-      amax = std::max(amax, a);
+      total.add(part);
     });
   });
-  return amax;
+  return total;
 }
 
 }  // namespace
 
 float amax(const Tensor& src) {
   return std::bit_cast<float>(over_chunks(src, [](const float* x, int64_t count, int64_t) {
-    uint32_t a = 0;
-    for (int64_t j = 0; j < count; ++j) a = std::max(a, abs_bits(x[j]));
-    return a;
-  }));
+                                uint32_t a = 0;
+                                for (int64_t j = 0; j < count; ++j) a = std::max(a, abs_bits(x[j]));
+                                return Partial{a};
+                              }).amax_bits);
 }
 
-float quantize_float8(const Tensor& src, float scale, Tensor& dst) {
+Float8CastCounts quantize_float8(const Tensor& src, float scale, Tensor& dst) {
   auto* out = static_cast<uint8_t*>(dst.data_ptr());
   const bool e4m3 = dst.dtype() == DType::kFloat8E4M3;
-  return std::bit_cast<float>(over_chunks(src, [&](const float* x, int64_t count, int64_t offset) {
+  const Partial total = over_chunks(src, [&](const float* x, int64_t count, int64_t offset) {
     return e4m3 ? cast_chunk<Float8E4M3>(x, count, scale, out + offset)
                 : cast_chunk<Float8E5M2>(x, count, scale, out + offset);
-  }));
+  });
+  return {.format = dst.dtype(),
+          .scale = scale,
+          .amax = std::bit_cast<float>(total.amax_bits),
+          .numel = src.numel(),
+          .saturated = total.saturated,
+          .flushed = total.flushed};
 }
 
 void descale(const Tensor& products, double alpha, const Tensor& bias, Tensor& out) {
@@ -136,16 +165,24 @@ void descale(const Tensor& products, double alpha, const Tensor& bias, Tensor& o
         T* yi = y + i * n;
         if (in_float) {
           if constexpr (!std::is_same_v<T, double>) {
-            for (int64_t j = 0; j < n; ++j) yi[j] = store<T>(ci[j] * alpha_f + bf[static_cast<size_t>(j)]);
+            for (int64_t j = 0; j < n; ++j) yi[j] = store<T>(std::fma(ci[j], alpha_f, bf[static_cast<size_t>(j)]));
           }
         } else {
           for (int64_t j = 0; j < n; ++j) {
-            yi[j] = convert<T>(static_cast<double>(ci[j]) * alpha + b[static_cast<size_t>(j)]);  // once from double
+            // Rounded once, from double.
+            yi[j] = convert<T>(std::fma(static_cast<double>(ci[j]), alpha, b[static_cast<size_t>(j)]));
           }
         }
       }
     });
   });
+}
+
+// The packed GEMM reads an operand in either layout at no cost (it decodes while it packs), so the
+// CPU keeps no transposed twin.
+Float8CastCounts quantize_float8_pair(const Tensor& src, float scale, Tensor& dst, Tensor& dst_t) {
+  dst_t = Tensor();
+  return quantize_float8(src, scale, dst);
 }
 
 }  // namespace ampgrad::kernels::cpu
