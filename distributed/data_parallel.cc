@@ -3,7 +3,6 @@
 #include "distributed/data_parallel.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <chrono>
 #include <sstream>
@@ -207,14 +206,15 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
     }
   }
   if (options_.broadcast_buffers) broadcast_buffers();
-  if (options_.reduce_float8_amax && armed_) reduce_float8_amaxes();
+  if (options_.reduce_float8_amax && GradMode::is_enabled()) reduce_float8_amaxes();
   return module_.forward(x);
 }
 
-// Only in a forward that arms the reduction (grad mode on, not under no_sync()): every rank runs
-// those together, as their backward all-reduces, so a forward one rank alone runs (an evaluation
-// under NoGradGuard) joins no collective. Every parameter's states count, frozen ones too (the
-// list is the same on every rank). The slots of weights without FP8 states yet (the first step)
+// Only in a training forward (grad mode on), synchronised or under no_sync(): every rank runs
+// those together (each micro-batch of an accumulation too, or the ranks' scales would part at
+// the steps the micro-batches close), so a forward one rank alone runs (an evaluation under
+// NoGradGuard) joins no collective. Every parameter's states count, frozen ones too (the list is
+// the same on every rank). The slots of weights without FP8 states yet (the first step)
 // are 0, which leaves the others' maxima as they are; a NaN goes as inf (MAX over NaN is not
 // defined the same way by every MPI and NCCL), which keeps the scale just as a NaN does.
 void DistributedDataParallel::reduce_float8_amaxes() {
@@ -223,18 +223,15 @@ void DistributedDataParallel::reduce_float8_amaxes() {
   if (weights.empty()) return;
   const fp8::Region region = fp8::region(weights.front().device());
   if (!region.enabled || region.recipe.scaling != Float8Scaling::kDelayed) return;
-  constexpr int kRoles = 3;
-  const auto roles = [](Float8LinearState& s) {
-    return std::array<Float8ScalingState*, kRoles>{&s.input, &s.weight, &s.grad_output};
-  };
-  std::vector<float> amaxes(weights.size() * kRoles, 0.0f);
+  const size_t roles = kFloat8Roles.size();
+  std::vector<float> amaxes(weights.size() * roles, 0.0f);
   for (size_t i = 0; i < weights.size(); ++i) {
     Float8LinearState* state = weights[i].impl()->float8.get();
     if (state == nullptr) continue;
     const std::lock_guard<std::mutex> lock(state->mutex);
-    for (int r = 0; r < kRoles; ++r) {
-      const float a = roles(*state)[static_cast<size_t>(r)]->amax_history()[0];
-      amaxes[i * kRoles + static_cast<size_t>(r)] = std::isnan(a) ? INFINITY : a;
+    for (size_t r = 0; r < roles; ++r) {
+      const float a = state->of(kFloat8Roles[r]).amax_history()[0];
+      amaxes[i * roles + r] = std::isnan(a) ? INFINITY : a;
     }
   }
   Tensor reduced = Tensor::from_vector(amaxes, {static_cast<int64_t>(amaxes.size())}).to(weights.front().device());
@@ -244,7 +241,7 @@ void DistributedDataParallel::reduce_float8_amaxes() {
     Float8LinearState* state = weights[i].impl()->float8.get();
     if (state == nullptr) continue;
     const std::lock_guard<std::mutex> lock(state->mutex);
-    for (int r = 0; r < kRoles; ++r) roles(*state)[static_cast<size_t>(r)]->set_step_amax(out[i * kRoles + static_cast<size_t>(r)]);
+    for (size_t r = 0; r < roles; ++r) state->of(kFloat8Roles[r]).set_step_amax(out[i * roles + r]);
   }
 }
 

@@ -30,9 +30,9 @@ struct DataParallelOptions {
   /// overlapping buys; the results are the same bits).
   bool overlap = true;
   /// Inside a Float8Guard with delayed scaling, reduce the amaxes the weights' FP8 states recorded
-  /// in the step before with MAX across ranks, before each training forward (one that arms the
-  /// gradient reduction), so that every rank scales by the same amaxes (Transformer Engine's amax
-  /// reduction). Evaluate under NoGradGuard, or through the inner module on every rank, so that the
+  /// in the step before with MAX across ranks, before each training forward (grad mode on, under
+  /// no_sync() too: each micro-batch is an FP8 step), so that every rank scales by the same amaxes
+  /// (Transformer Engine's amax reduction). Evaluate under NoGradGuard, or through the inner module on every rank, so that the
   /// states stay alike. false only to show what it prevents.
   bool reduce_float8_amax = true;
 };

@@ -333,19 +333,22 @@ bool same_on_every_rank(const std::vector<float>& values) {
   return most.to_vector() == (-least).to_vector();
 }
 
-// Each rank's batch has its own amaxes. Reduced with MAX before each forward, they give every rank
-// the same FP8 scales and amax histories after every step; without the reduction they differ (the
-// replicas stay identical either way: the gradients are averaged).
+// Each rank's batch has its own amaxes. Reduced with MAX before each training forward, they give
+// every rank the same FP8 scales and amax histories after every step, with gradient accumulation
+// too (each micro-batch is an FP8 step, its forward under no_sync()); without the reduction they
+// differ (the replicas stay identical either way: the gradients are averaged).
 TEST(DataParallelFloat8, AmaxesAreReducedSoEveryRankScalesAlike) {
   if (world().size() == 1) GTEST_SKIP() << "needs two ranks";
-  for (const bool reduce : {true, false}) {
-    SCOPED_TRACE(reduce ? "reduced" : "not reduced");
-    Config c{.precision = Precision::kFloat8, .steps = 5};
-    c.ddp.reduce_float8_amax = reduce;
-    const Result run = train(shared_data(), c);
-    EXPECT_TRUE(run.replicas_always_identical);
-    ASSERT_EQ(run.float8_states.size(), 3u * 3u * 4u);  // three linears' weights, 3 states of 1 + 3 values
-    EXPECT_EQ(same_on_every_rank(run.float8_states), reduce);
+  for (const int accumulate : {1, 2}) {
+    for (const bool reduce : {true, false}) {
+      SCOPED_TRACE(std::string(reduce ? "reduced" : "not reduced") + ", micro-batches " + std::to_string(accumulate));
+      Config c{.precision = Precision::kFloat8, .steps = 5, .accumulate = accumulate};
+      c.ddp.reduce_float8_amax = reduce;
+      const Result run = train(shared_data(), c);
+      EXPECT_TRUE(run.replicas_always_identical);
+      ASSERT_EQ(run.float8_states.size(), 3u * 3u * 4u);  // three linears' weights, 3 states of 1 + 3 values
+      EXPECT_EQ(same_on_every_rank(run.float8_states), reduce);
+    }
   }
 }
 
