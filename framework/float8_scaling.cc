@@ -71,6 +71,19 @@ void Float8ScalingState::restore(float scale, std::vector<float> history) {
   history_ = std::move(history);
 }
 
+void Float8ScalingState::keep_step_scale() {
+  if (step == 0) return;  // never used: nothing to come back to
+  closed_[next_closed_] = {step, scale_};
+  next_closed_ = (next_closed_ + 1) % kKeptSteps;
+}
+
+std::optional<float> Float8ScalingState::scale_of_closed_step(uint64_t past) const {
+  for (const auto& [closed_step, scale] : closed_) {
+    if (closed_step != 0 && closed_step == past) return scale;
+  }
+  return std::nullopt;
+}
+
 void Float8ScalingState::record_cast(const Float8CastCounts& cast) {
   counts_.format = cast.format;
   counts_.scale = cast.scale;

@@ -17,8 +17,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <string_view>
 #include <mutex>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "framework/device.h"
@@ -100,6 +102,14 @@ class Float8ScalingState {
   void set_from_amax(float amax, const Float8Recipe& recipe, DType format);
   /// For checkpoints: the state exactly as saved.
   void restore(float scale, std::vector<float> history);
+  /// Keeps the scale of the step in progress (`step`) before a new step replaces it, for
+  /// scale_of_closed_step. The last kKeptSteps closed steps are kept.
+  void keep_step_scale();
+  /// The scale the casts of `past` used if it is one of the last kKeptSteps steps this state
+  /// closed, else nothing: a cast that comes back to a closed step (an activation checkpoint's
+  /// recompute after a later step's forward) casts as that step did, as Transformer Engine does.
+  std::optional<float> scale_of_closed_step(uint64_t past) const;
+  static constexpr size_t kKeptSteps = 4;
   /// This step's casts so far: start_step_counts starts a step's afresh (none cast yet, in
   /// `format`), record_cast adds one cast's.
   const Float8CastCounts& step_counts() const { return counts_; }
@@ -114,6 +124,8 @@ class Float8ScalingState {
   float scale_ = 1.0f;
   std::vector<float> history_;
   Float8CastCounts counts_;
+  std::array<std::pair<uint64_t, float>, kKeptSteps> closed_{};  // (step, its scale), step 0: empty
+  size_t next_closed_ = 0;
 };
 
 /// Which tensor of an FP8 linear a scaling state belongs to (Transformer Engine's fp8_meta roles).

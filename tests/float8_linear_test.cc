@@ -370,6 +370,47 @@ TEST(Float8Linear, ActivationCheckpointingRecomputesInFp8) {
   EXPECT_NE(run(false, false), plain);  // and FP8 did run
 }
 
+// A checkpointed forward whose backward (and so its recompute) comes after the next step's
+// forward, as with micro-batches whose backwards run late: the next forward has closed the step and
+// changed the scales (delayed scaling: the first step cast at 1, the second at 448 / amax), yet the
+// recompute casts with its own step's scales and records nothing, so the gradients are the bits of
+// the same run without checkpointing, in either scaling.
+TEST(Float8Linear, ARecomputeAfterTheNextForwardCastsWithItsOwnStepsScales) {
+  const Tensor x1 = random_tensor({8, 16}, -1, 1, 41), x2 = random_tensor({8, 16}, -3, 3, 42);
+  for (auto scaling : {ag::amp::Float8Scaling::kDelayed, ag::amp::Float8Scaling::kCurrent}) {
+    const auto run = [&](bool checkpointed) {
+      ag::manual_seed(6);
+      ag::nn::Sequential block{ag::nn::Linear(16, 32), ag::nn::GELU(), ag::nn::Linear(32, 16)};
+      const auto fn = [&](const std::vector<Tensor>& in) { return block(in[0]); };
+      const Tensor input = leaf(x1.detach());
+      Tensor y1, y2;
+      {
+        Float8Guard guard(ag::Device::kCPU, {.scaling = scaling});
+        y1 = checkpointed ? ag::utils::checkpoint(fn, {input}) : fn({input});
+      }
+      {
+        Float8Guard guard(ag::Device::kCPU, {.scaling = scaling});
+        y2 = fn({x2});
+      }
+      ag::ops::sum(ag::ops::mul(y1, y1)).backward();
+      std::vector<float> grads = input.grad().to_vector();
+      for (const Tensor& p : block.parameters()) {
+        const std::vector<float> g = p.grad().to_vector();
+        grads.insert(grads.end(), g.begin(), g.end());
+      }
+      // And the states saw what the plain run's did: the recompute added no amax.
+      for (const Tensor& p : block.parameters()) {
+        if (const ag::Float8LinearState* s = ag::amp::float8_state(p)) {
+          grads.push_back(s->input.amax_history()[0]);
+          grads.push_back(s->weight.scale());
+        }
+      }
+      return grads;
+    };
+    EXPECT_EQ(run(true), run(false)) << (scaling == ag::amp::Float8Scaling::kDelayed ? "delayed" : "current");
+  }
+}
+
 // The saturating cast maps inf to +-448: a linear with a non-finite operand returns NaN rather
 // than finite values, so GradScaler sees the overflow (a bias-free layer has no other path).
 TEST(Float8Linear, AnInfiniteOperandGivesNaNNotASaturatedProduct) {

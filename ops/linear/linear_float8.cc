@@ -8,7 +8,9 @@
 //
 // Scales follow the region's recipe (framework/float8_scaling.h): delayed scaling casts with the
 // scale of the steps before and records this step's amax from the same pass; the first use of a
-// state in a new step closes the previous one. Current scaling takes one more pass for the amax.
+// state in a new step closes the previous one. A cast in a step the state has closed (an
+// activation checkpoint recomputing its forward after a later step's) takes that step's scale and
+// records nothing, so the recompute gives the forward's bits. Current scaling takes one more pass for the amax.
 // The states live with the weight when it is a leaf (a parameter, the same tensor every step); a
 // weight computed in the forward is new every step, so it and its linear scale by current amaxes.
 // The saturating cast would turn an inf into +-max and hide an overflow from GradScaler: a product
@@ -19,6 +21,7 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "framework/autocast.h"
 #include "framework/copy.h"
@@ -66,10 +69,16 @@ Scaled to_float8(const Tensor& t, Float8LinearState& owner, Float8ScalingState& 
                  DType format, uint64_t step, Twin twin) {
   Scaled out{Tensor::empty(t.shape(), format, t.device())};
   const bool current = recipe.scaling == Float8Scaling::kCurrent;
+  std::optional<float> recast;  // the scale of a closed step that this cast repeats
+  {
+    const std::lock_guard<std::mutex> lock(owner.mutex);
+    if (step < state.step) recast = state.scale_of_closed_step(step);
+  }
   const float amax = current ? kernels::amax(t) : 0.0f;
   {
     const std::lock_guard<std::mutex> lock(owner.mutex);
     if (step > state.step) {  // the first use in a new step closes the one before
+      state.keep_step_scale();
       if (recipe.scaling == Float8Scaling::kNone) {
         state.clear_step_amax();
       } else if (!current) {
@@ -78,13 +87,20 @@ Scaled to_float8(const Tensor& t, Float8LinearState& owner, Float8ScalingState& 
       state.start_step_counts(format);
       state.step = step;
     }
-    if (current) state.set_from_amax(amax, recipe, format);
-    out.scale = recipe.scaling == Float8Scaling::kNone ? 1.0f : state.scale();
+    if (recipe.scaling == Float8Scaling::kNone) {
+      out.scale = 1.0f;
+    } else if (recast) {  // current scaling: from this amax again, as that step's cast did
+      out.scale = current ? float8_scale(amax, format, recipe.margin, recipe.power_of_two_scales, *recast) : *recast;
+    } else {
+      if (current) state.set_from_amax(amax, recipe, format);
+      out.scale = state.scale();
+    }
   }
   const Float8CastCounts cast = twin == Twin::kWanted
-                                            ? kernels::quantize_float8_pair(t, out.scale, out.data, out.data_t)
-                                            : kernels::quantize_float8(t, out.scale, out.data);
+                                    ? kernels::quantize_float8_pair(t, out.scale, out.data, out.data_t)
+                                    : kernels::quantize_float8(t, out.scale, out.data);
   out.amax = cast.amax;
+  if (recast) return out;  // that step recorded these values when it first cast them
   const std::lock_guard<std::mutex> lock(owner.mutex);
   if (!current) state.record_amax(cast.amax);
   state.record_cast(cast);
