@@ -700,8 +700,8 @@ testing::AssertionResult same_pair_cast(const Tensor& src, float scale, DType fo
 // The fused cast and transpose (the FP8 linear's casts of x, w and dy on CUDA) gives the CPU's
 // scaled cast and its transpose: every bfloat16 pattern as a (256, 256) matrix (NaNs, infs and
 // subnormals in many tiles) at scales past both ends of each format, and odd shapes (a single
-// element, partial tiles at the right and bottom edges, tall and thin, more tiles than two a
-// block) from float32, float16 and bfloat16.
+// element, a single row or column, partial tiles at the right and bottom edges, tall and thin,
+// thousands of tiles) from float32, float16 and bfloat16.
 TEST(CudaKernels, Float8CastAndTransposeMatchesTheCpuBitForBit) {
   SKIP_WITHOUT_CUDA();
   Tensor every_bf16 = Tensor::empty({256, 256}, DType::kBFloat16);
@@ -710,7 +710,8 @@ TEST(CudaKernels, Float8CastAndTransposeMatchesTheCpuBitForBit) {
     for (float scale : {1.0f, 3.7f, 1e-30f, 1e30f, 448.0f / 3.0f, 0.0f}) {
       EXPECT_TRUE(same_pair_cast(every_bf16, scale, format));
     }
-    const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {33, 65}, {1000, 7}, {7, 1000}, {300, 260}};
+    const std::pair<int64_t, int64_t> shapes[] = {{1, 1},    {1, 1000},   {1000, 1},  {33, 65},
+                                                  {1000, 7}, {7, 1000},   {300, 260}, {2048, 2080}};
     for (const auto& [rows, cols] : shapes) {
       const Tensor x = random_tensor({rows, cols}, DType::kFloat32, 110 + static_cast<uint64_t>(rows));
       for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
@@ -743,18 +744,26 @@ TEST(CudaKernels, Float8GemmGivesTheFloatGemmOfItsValues) {
     }
     return Tensor::from_vector(v, shape).to(format);  // exact in both formats for |v| <= 8
   };
+  // The linear's pairs: E4M3 x E4M3 (forward), E5M2 x E4M3 (dy with w or x), and E4M3 x E5M2.
+  const std::pair<DType, DType> formats[] = {{DType::kFloat8E4M3, DType::kFloat8E4M3},
+                                             {DType::kFloat8E5M2, DType::kFloat8E4M3},
+                                             {DType::kFloat8E4M3, DType::kFloat8E5M2}};
   for (const auto& [m, n, k] : {std::tuple{48, 32, 64}, std::tuple{256, 128, 512}, std::tuple{5, 3, 7},
                                 std::tuple{33, 17, 40}, std::tuple{32, 32, 24}}) {
     for (Transpose ta : {Transpose::kNo, Transpose::kYes}) {
       for (Transpose tb : {Transpose::kNo, Transpose::kYes}) {
-        const bool at = ta == Transpose::kYes, bt = tb == Transpose::kYes;
-        const Tensor a = integers(at ? ag::Shape{k, m} : ag::Shape{m, k}, 4, 70, DType::kFloat8E4M3);
-        const Tensor b = integers(bt ? ag::Shape{n, k} : ag::Shape{k, n}, 4, 71, DType::kFloat8E5M2);
-        Tensor want = Tensor::empty({m, n}, DType::kFloat32);
-        Tensor got = Tensor::empty({m, n}, DType::kFloat32, Device::kCUDA);
-        ag::kernels::cpu::gemm(a.to(DType::kFloat32), ta, b.to(DType::kFloat32), tb, Tensor(), want);
-        ag::kernels::gemm(a.to(Device::kCUDA), ta, b.to(Device::kCUDA), tb, Tensor(), got);
-        EXPECT_EQ(got.to_vector(), want.to_vector()) << m << "x" << n << "x" << k << " ta " << at << " tb " << bt;
+        for (const auto& [a_format, b_format] : formats) {
+          const bool at = ta == Transpose::kYes, bt = tb == Transpose::kYes;
+          const Tensor a = integers(at ? ag::Shape{k, m} : ag::Shape{m, k}, 4, 70, a_format);
+          const Tensor b = integers(bt ? ag::Shape{n, k} : ag::Shape{k, n}, 4, 71, b_format);
+          Tensor want = Tensor::empty({m, n}, DType::kFloat32);
+          Tensor got = Tensor::empty({m, n}, DType::kFloat32, Device::kCUDA);
+          ag::kernels::cpu::gemm(a.to(DType::kFloat32), ta, b.to(DType::kFloat32), tb, Tensor(), want);
+          ag::kernels::gemm(a.to(Device::kCUDA), ta, b.to(Device::kCUDA), tb, Tensor(), got);
+          EXPECT_EQ(got.to_vector(), want.to_vector()) << m << "x" << n << "x" << k << " ta " << at << " tb " << bt
+                                                       << " " << ag::dtype_name(a_format) << " x "
+                                                       << ag::dtype_name(b_format);
+        }
       }
     }
   }
