@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,48 @@ TEST(Float8Kernels, ThePairCastOnTheCpuIsTheScaledCastWithNoTwin) {
     EXPECT_EQ(g.flushed, w.flushed);
     EXPECT_GT(g.saturated, 0);
     EXPECT_GT(g.flushed, 0);
+  }
+}
+
+// The FP8 linear with transposed twins (the CUDA path's choice of operands, flags and saved
+// tensors, made to run on the CPU) gives the bits it gives without them: y, dx, dw and db, for
+// every combination of gradients wanted, with a 3-D input, in both scalings.
+TEST(Float8Linear, TwinLayoutsGiveThePlainLayoutsBits) {
+  struct TwinsOn {
+    TwinsOn() { ag::kernels::cpu::make_twins_for_testing(true); }
+    ~TwinsOn() { ag::kernels::cpu::make_twins_for_testing(false); }
+  };
+  const Tensor x0 = random_tensor({2, 5, 12}, -2, 2, 51), w0 = random_tensor({7, 12}, -1, 1, 52);
+  const Tensor b0 = random_tensor({7}, -1, 1, 53), dy = random_tensor({2, 5, 7}, -1, 1, 54);
+  for (auto scaling : {ag::amp::Float8Scaling::kDelayed, ag::amp::Float8Scaling::kCurrent}) {
+    for (int wanted = 0; wanted < 8; ++wanted) {  // bits: x, w, b need a gradient
+      const auto run = [&](bool twins) {
+        std::optional<TwinsOn> on;
+        if (twins) on.emplace();
+        Tensor x = x0.detach(), w = w0.detach(), b = b0.detach();
+        x.set_requires_grad((wanted & 1) != 0);
+        w.set_requires_grad((wanted & 2) != 0);
+        b.set_requires_grad((wanted & 4) != 0);
+        std::vector<float> out;
+        for (int step = 0; step < 2; ++step) {  // the second step casts at delayed scaling's new scales
+          Tensor y;
+          {
+            Float8Guard fp8(ag::Device::kCPU, {.scaling = scaling});
+            y = ag::ops::linear(x, w, b);
+          }
+          const std::vector<float> values = y.to_vector();
+          out.insert(out.end(), values.begin(), values.end());
+          if (wanted != 0) y.backward(dy);
+        }
+        for (const Tensor& t : {x, w, b}) {
+          if (!t.requires_grad()) continue;
+          const std::vector<float> g = t.grad().to_vector();
+          out.insert(out.end(), g.begin(), g.end());
+        }
+        return out;
+      };
+      EXPECT_EQ(run(true), run(false)) << "gradients wanted " << wanted;
+    }
   }
 }
 

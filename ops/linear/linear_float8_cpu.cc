@@ -10,6 +10,7 @@
 // round(x / 2^(e_min - m)) in its low bits). The amax is the largest |x| as bits: unsigned order
 // is magnitude order, and every NaN's bits lie above inf's, so a NaN wins.
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cfloat>
 #include <cstdint>
@@ -178,11 +179,28 @@ void descale(const Tensor& products, double alpha, const Tensor& bias, Tensor& o
   });
 }
 
+namespace {
+std::atomic<bool> twins_for_testing{false};
+}  // namespace
+
+void make_twins_for_testing(bool on) { twins_for_testing = on; }
+
 // The packed GEMM reads an operand in either layout at no cost (it decodes while it packs), so the
-// CPU keeps no transposed twin.
+// CPU keeps no transposed twin, unless a test asks for one.
 Float8CastCounts quantize_float8_pair(const Tensor& src, float scale, Tensor& dst, Tensor& dst_t) {
-  dst_t = Tensor();
-  return quantize_float8(src, scale, dst);
+  const Float8CastCounts cast = quantize_float8(src, scale, dst);
+  if (!twins_for_testing) {
+    dst_t = Tensor();
+    return cast;
+  }
+  const int64_t rows = src.size(0), cols = src.size(1);
+  dst_t = Tensor::empty({cols, rows}, dst.dtype());
+  const auto* in = static_cast<const uint8_t*>(dst.data_ptr());
+  auto* out = static_cast<uint8_t*>(dst_t.data_ptr());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+  return cast;
 }
 
 }  // namespace ampgrad::kernels::cpu

@@ -20,8 +20,12 @@ float amax(const Tensor& src);
 /// the same pass, dst's format, scale and src's numel).
 Float8CastCounts quantize_float8(const Tensor& src, float scale, Tensor& dst);
 /// quantize_float8 and nothing more: the CPU's GEMM reads either layout of an operand at no cost,
-/// so it needs no transposed twin; dst_t is left undefined.
+/// so it needs no transposed twin; dst_t is left undefined (unless make_twins_for_testing).
 Float8CastCounts quantize_float8_pair(const Tensor& src, float scale, Tensor& dst, Tensor& dst_t);
+/// For tests, process-wide: quantize_float8_pair also gives the twin on the CPU, so that the FP8
+/// linear's layouts with twins (the CUDA path's operand and saved-tensor choices) run here against
+/// the plain ones, which must give the same bits.
+void make_twins_for_testing(bool on);
 /// out[i, j] = products[i, j] * alpha + bias[j] (bias may be undefined); products is float32 of
 /// out's shape. Where alpha is a normal float: in float (alpha rounded to float, one fused
 /// multiply-add), then rounded to out's dtype (a second rounding for 16-bit outputs, as an FP32
