@@ -192,8 +192,12 @@ struct Float8Linear {
     const Scaled xq = from_saved(saved[0], x_twin, x_meta), wq = from_saved(saved[1], w_twin, w_meta);
     const int64_t rows = shape_numel(Shape(x_shape.begin(), x_shape.end() - 1));
     const Tensor dy2 = reshape(dy, {rows, w_shape[0]});
-    const Scaled g = to_float8(dy2, *state, state->grad_output, recipe, recipe.backward_dtype(), step,
-                               saved.needs_grad(1) ? Twin::kWanted : Twin::kNo);  // dw reads dy transposed
+    // Cast only for a GEMM that reads it (db alone sums dy as it is); dw reads dy transposed.
+    Scaled g;
+    if (saved.needs_grad(0) || saved.needs_grad(1)) {
+      g = to_float8(dy2, *state, state->grad_output, recipe, recipe.backward_dtype(), step,
+                    saved.needs_grad(1) ? Twin::kWanted : Twin::kNo);
+    }
     Tensor dx, dw, db;
     if (saved.needs_grad(0)) dx = scaled_product(g, Transpose::kNo, wq, Transpose::kNo, Tensor(), x_shape, x_dtype);
     if (saved.needs_grad(1)) {
