@@ -638,7 +638,7 @@ TEST(ZeroErrors, ZeroGradForgetsABackwardThatReachedOnlySomeParameters) {
                                        {.stage = stage, .bucket_cap_mb = 0.0002, .first_bucket_cap_mb = 0.0001});
     ag::optim::SGD plain(copy.parameters(), {.lr = 0.1});
     const int n = world().size();
-    const Tensor& last = model.parameters().back();  // the output bias: its bucket launches first
+    const Tensor last = model.parameters().back();  // the output bias: its bucket launches first
     ag::ops::sum(last).backward();
     EXPECT_ERROR([&] { zero.step(); }, "gave no gradient to");
     zero.zero_grad();
