@@ -26,6 +26,7 @@
 #include "ops/ops.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "optim/update_kernels.h"
 
 namespace ag = ampgrad;
 using ag::DType;
@@ -247,6 +248,60 @@ TEST(StochasticRoundingOptimizer, RoundsWithTheDocumentedKeyOnAnyChunking) {
                                    ? ag::bfloat16_to_float(ag::BFloat16{ag::stochastic::bfloat16_bits(bits, random)})
                                    : ag::half_to_float(ag::Half{ag::stochastic::float16_bits(bits, random)});
         ASSERT_EQ(after[i], expected) << dtype << " step " << t << " element " << i;
+      }
+    }
+  }
+}
+
+// The update kernels on 16-bit weights without a master: each weight gets the float update the
+// FP32-weight path computes from the widened weight, rounded with the documented bits
+// (random_bits(key, i)). Bfloat16 weights take the fused one-pass loops (AVX-512 or AVX2, as
+// AMPGRAD_CPU_ISA allows: stochastic_rounding_avx2_test runs this file at AVX2), float16 weights
+// the block path; gradients 16-bit or float32 (GradScaler's unscaled ones); over several chunks.
+TEST(StochasticRoundingKernels, RoundTheFloatUpdateWithTheDocumentedBits) {
+  namespace k = ag::optim::kernels;
+  const int64_t n = 3 * ag::multi_tensor::kCpuChunkElements + 29;
+  const uint64_t key = 0x5eed5eed12345678u;
+  const auto expect_rounded = [&](const Tensor& weights, const std::vector<float>& updated, const std::string& what) {
+    const std::vector<float> got = weights.to_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t bits = std::bit_cast<uint32_t>(updated[i]);
+      const uint32_t random = ag::stochastic::random_bits(key, static_cast<uint64_t>(i));
+      const float expected = weights.dtype() == DType::kBFloat16
+                                 ? ag::bfloat16_to_float(ag::BFloat16{ag::stochastic::bfloat16_bits(bits, random)})
+                                 : ag::half_to_float(ag::Half{ag::stochastic::float16_bits(bits, random)});
+      ASSERT_EQ(got[i], expected) << what << ", element " << i << " of " << n;
+    }
+  };
+  const auto state = [&](double scale) { return (ag::rand({n}, DType::kFloat32) * scale).detach(); };
+  const auto copy_of = [](const Tensor& t) { return t.to(DType::kFloat64).to(t.dtype()); };  // exact
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (const DType grad_dtype : {dtype, DType::kFloat32}) {
+      const std::string what = std::string(ag::dtype_name(dtype)) + " weights, " + std::string(ag::dtype_name(grad_dtype)) + " gradient";
+      const Tensor w16 = ag::randn({n}, dtype);
+      const Tensor grad = (ag::randn({n}, DType::kFloat32) * 1e-2).to(grad_dtype);
+      for (const bool adamw : {false, true}) {
+        const Tensor m = state(1e-2), v = state(1e-4);
+        k::AdamScalars s{.step_size = 1e-3f, .bc2_sqrt = 0.3f, .eps = 1e-8f};
+        (adamw ? s.decoupled : s.l2) = adamw ? 1 - 1e-3f * 0.1f : 0.01f;
+        s.rounding_key = key;
+        const Tensor w = copy_of(w16), wf = w16.to(DType::kFloat32), m16 = copy_of(m), v16 = copy_of(v);
+        k::adam_update(ag::Device::kCPU, k::AdamLists{{{w}, {grad}, {m16}, {v16}, {Tensor()}}}, {s});
+        k::adam_update(ag::Device::kCPU, k::AdamLists{{{wf}, {grad}, {m}, {v}, {Tensor()}}}, {s});
+        expect_rounded(w, wf.to_vector(), what + (adamw ? ", AdamW" : ", Adam"));
+        EXPECT_EQ(m16.to_vector(), m.to_vector()) << what;
+        EXPECT_EQ(v16.to_vector(), v.to_vector()) << what;
+      }
+      for (const bool momentum : {false, true}) {
+        const Tensor buffer = momentum ? state(1e-2) : Tensor();
+        const k::SgdScalars s{.lr = 0.1f, .weight_decay = 0.01f, .momentum = momentum ? 0.9f : 0.0f,
+                              .nesterov = true, .rounding_key = key};
+        const Tensor w = copy_of(w16), wf = w16.to(DType::kFloat32);
+        const Tensor buffer16 = momentum ? copy_of(buffer) : Tensor();
+        k::sgd_update(ag::Device::kCPU, k::SgdLists{{{w}, {grad}, {buffer16}, {Tensor()}}}, {s});
+        k::sgd_update(ag::Device::kCPU, k::SgdLists{{{wf}, {grad}, {buffer}, {Tensor()}}}, {s});
+        expect_rounded(w, wf.to_vector(), what + (momentum ? ", SGD with momentum" : ", SGD"));
+        if (momentum) EXPECT_EQ(buffer16.to_vector(), buffer.to_vector()) << what;
       }
     }
   }
