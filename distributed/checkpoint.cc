@@ -81,7 +81,8 @@ void check_zero_optimizer(const checkpoint::TrainingState& state, ZeroRedundancy
 
 void save_checkpoint(const std::string& path, const checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero) {
   check_zero_optimizer(state, zero, "save_checkpoint");
-  const std::unique_ptr<optim::Optimizer> whole = zero.consolidated_optimizer();
+  // Rank 0 writes the file, so only it holds the whole state (null elsewhere, where nothing is written).
+  const std::unique_ptr<optim::Optimizer> whole = zero.consolidated_optimizer(0);
   checkpoint::TrainingState consolidated = state;
   consolidated.optimizer = whole.get();
   save_checkpoint(path, consolidated, zero.group());
@@ -89,8 +90,9 @@ void save_checkpoint(const std::string& path, const checkpoint::TrainingState& s
 
 void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero) {
   check_zero_optimizer(state, zero, "load_checkpoint");
-  // An optimizer over copies of the parameters takes the file's state; the shards take theirs from it.
-  const std::unique_ptr<optim::Optimizer> whole = zero.consolidated_optimizer();
+  // An optimizer over copies of the parameters (nothing gathered into it) takes the file's state;
+  // the shards take theirs from it.
+  const std::unique_ptr<optim::Optimizer> whole = zero.make_unsharded_optimizer();
   checkpoint::TrainingState consolidated = state;
   consolidated.optimizer = whole.get();
   load_checkpoint(path, consolidated, zero.group());

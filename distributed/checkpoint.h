@@ -24,7 +24,7 @@ void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, 
 /// save_checkpoint with the optimizer state sharded by `zero` (state.optimizer must be null or
 /// zero.optimizer()): the shards are gathered into the file one process stepping the whole model
 /// writes (zero.consolidated_optimizer()), which a single process, or a ZeroRedundancyOptimizer at
-/// any world size, loads. A collective over zero.group(); the full state passes through each rank.
+/// any world size, loads. A collective over zero.group(); only rank 0 holds the whole state.
 void save_checkpoint(const std::string& path, const checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero);
 /// load_checkpoint into `zero`: a file save_checkpoint wrote for a ZeroRedundancyOptimizer at any
 /// world size, or one a single process's optimizer over the same parameters wrote; each rank keeps

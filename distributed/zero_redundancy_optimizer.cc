@@ -410,21 +410,38 @@ double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, nn::utils::Clip
   return norm;
 }
 
-std::vector<optim::ParamState> ZeroRedundancyOptimizer::consolidated_state() {
+std::vector<optim::ParamState> ZeroRedundancyOptimizer::consolidated_state() { return consolidate(std::nullopt); }
+
+std::vector<optim::ParamState> ZeroRedundancyOptimizer::consolidated_state(int to) { return consolidate(to); }
+
+std::vector<optim::ParamState> ZeroRedundancyOptimizer::consolidate(std::optional<int> to) {
   const int n = group_.size();
+  if (to.has_value()) {
+    // Agreed first, so that a bad `to` throws on every rank rather than leaving the others waiting.
+    AG_CHECK(group_.all_reduce_int(*to, ReduceOp::kMax) == -group_.all_reduce_int(-*to, ReduceOp::kMax),
+             "ZeroRedundancyOptimizer::consolidated_state(to = ", *to, ") on rank ", group_.rank(),
+             ": the ranks passed different values of to; hint: every rank passes the rank that keeps the state");
+    AG_CHECK(*to >= 0 && *to < n, "ZeroRedundancyOptimizer::consolidated_state(to = ", *to, "): to must be a rank ",
+             "of the group, in [0, ", n, ")");
+  }
+  const bool keep = !to.has_value() || *to == group_.rank();
   const std::vector<optim::ParamState> shards = optimizer_->state();
-  std::vector<optim::ParamState> out(params_.size());
+  std::vector<optim::ParamState> out(keep ? params_.size() : 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     for (const auto& [key, shard] : shards[b].tensors) {
+      // Every rank takes part in the all-gather (as PyTorch's consolidation broadcasts each shard
+      // to every rank); only the keeping ones copy out of it, and `full` is freed per tensor.
       Tensor full = Tensor::empty({bucket.shard * n}, DType::kFloat32, bucket.device);
       group_.all_gather(full, shard);
+      if (!keep) continue;
       for (size_t i : bucket.params) {
         Tensor t = Tensor::empty(params_[i].shape(), DType::kFloat32, bucket.device);
         copy_elements(t, 0, full, offset_of_[i], params_[i].numel());
         out[i].tensors[key] = t;
       }
     }
+    if (!keep) continue;
     for (size_t i : bucket.params) out[i].counters = shards[b].counters;
   }
   return out;
@@ -466,7 +483,20 @@ void ZeroRedundancyOptimizer::load_consolidated_state(const std::vector<optim::P
 }
 
 std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::consolidated_optimizer() {
-  const std::vector<optim::ParamState> state = consolidated_state();
+  std::unique_ptr<optim::Optimizer> whole = make_unsharded_optimizer();
+  whole->load_state(consolidated_state());
+  return whole;
+}
+
+std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::consolidated_optimizer(int to) {
+  const std::vector<optim::ParamState> state = consolidated_state(to);
+  if (to != group_.rank()) return nullptr;
+  std::unique_ptr<optim::Optimizer> whole = make_unsharded_optimizer();
+  whole->load_state(state);
+  return whole;
+}
+
+std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::make_unsharded_optimizer() {
   std::vector<std::vector<Tensor>> groups(optimizer_->num_param_groups());
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor copy = Tensor::empty(params_[i].shape(), params_[i].dtype(), params_[i].device());
@@ -479,7 +509,6 @@ std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::consolidated_optimize
   std::vector<optim::GroupState> options = optimizer_->param_group_state();
   for (size_t g = 0; g < options.size(); ++g) options[g].num_params = groups[g].size();
   whole->load_param_group_state(options);
-  whole->load_state(state);
   return whole;
 }
 

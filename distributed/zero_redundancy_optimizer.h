@@ -123,9 +123,13 @@ class ZeroRedundancyOptimizer {
 
   /// The whole model's optimizer state, as optim::Optimizer::state() of one process stepping
   /// parameters() would give it (masters and moments per parameter, full shapes), gathered from
-  /// every rank's shards: save it from rank 0 for a checkpoint that a single process loads.
+  /// every rank's shards into every rank (each holds the whole state while it keeps the result).
   /// A collective: every rank calls it.
   std::vector<optim::ParamState> consolidated_state();
+  /// The same on rank `to` only (PyTorch's consolidate_state_dict(to)); the other ranks get an
+  /// empty vector and hold at most one bucket's worth of one state tensor at a time, so saving a
+  /// checkpoint costs them no more memory than a step. A collective: every rank passes the same `to`.
+  std::vector<optim::ParamState> consolidated_state(int to);
   /// Loads a state of that shape (from consolidated_state at any world size, or from a single
   /// process's optimizer over the same parameters): each rank keeps its shard of it. Load the
   /// parameters' values first. Not a collective (every rank must pass the same state).
@@ -133,8 +137,14 @@ class ZeroRedundancyOptimizer {
   /// The optimizer one process stepping parameters() would hold: the factory's kind, one group
   /// per group of this one with its options (lr included), and consolidated_state() as its state,
   /// over copies of the parameters (the model's own tensors are not touched). A collective. It is
-  /// what distributed::save_checkpoint writes for a ZeroRedundancyOptimizer.
+  /// what distributed::save_checkpoint writes for a ZeroRedundancyOptimizer (from rank 0's).
   std::unique_ptr<optim::Optimizer> consolidated_optimizer();
+  /// The same on rank `to` only; null on the other ranks (see consolidated_state(int)). A collective.
+  std::unique_ptr<optim::Optimizer> consolidated_optimizer(int to);
+  /// An optimizer of the factory's kind over copies of parameters(), with this one's groups and
+  /// options but no state: what a single-process checkpoint is loaded into before
+  /// load_consolidated_optimizer() (nothing is gathered). Not a collective.
+  std::unique_ptr<optim::Optimizer> make_unsharded_optimizer();
   /// Loads the state and the group options of an optimizer over the same parameters (one
   /// process's, or a consolidated_optimizer()): the inverse of consolidated_optimizer(). Not a
   /// collective.
@@ -163,6 +173,8 @@ class ZeroRedundancyOptimizer {
   // Copies the parameters into the shards where they changed since the last gather (or always).
   void refresh_shards(bool force);
   void gather_parameters();
+  // consolidated_state() into rank `to` only, or (no `to`) into every rank.
+  std::vector<optim::ParamState> consolidate(std::optional<int> to);
 
   ProcessGroup& group_;
   ZeroOptions options_;

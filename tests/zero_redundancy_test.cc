@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "amp/autocast.h"
@@ -22,6 +23,7 @@
 #include "distributed/data_parallel.h"
 #include "distributed/process_group.h"
 #include "distributed/zero_redundancy_optimizer.h"
+#include "framework/allocator.h"
 #include "framework/autograd.h"
 #include "framework/copy.h"
 #include "framework/error.h"
@@ -577,6 +579,51 @@ TEST(ZeroCheckpoint, FilesMoveBetweenZeroAtAnyWorldSizeAndOneProcess) {
   ag::checkpoint::TrainingState wrong{.model = &model, .optimizer = &other};
   EXPECT_ERROR([&] { dist::save_checkpoint(zero_file, wrong, zero); }, "another optimizer than the ",
                "leave it null");
+}
+
+TEST(ZeroCheckpoint, ConsolidatingIntoOneRankCostsTheOthersAFewBucketsAtATime) {
+  const int n = world().size(), to = n - 1;
+  ag::manual_seed(5);
+  ag::nn::Sequential model{ag::nn::Linear(8, 32)};
+  for (int layer = 0; layer < 16; ++layer) model.push_back(ag::nn::Linear(32, 32));
+  model.push_back(ag::nn::Linear(32, 1));
+  dist::ZeroRedundancyOptimizer zero(model.parameters(), dist::shard_optimizer<ag::optim::Adam>({.lr = 1e-3}), world(),
+                                     {.bucket_cap_mb = 0.002, .first_bucket_cap_mb = 0.002});
+  ASSERT_GE(zero.stats().buckets, 16);
+  ag::ops::mse_loss(model(shared_data().batch_x(0, 8)), shared_data().batch_y(0, 8)).backward();
+  zero.step();
+  const int64_t whole_state = 2 * zero.stats().parameters;  // Adam's two FP32 moments: elements (4 bytes each)
+  // The extra allocator bytes at the peak of fn. (Not what it leaves held: a collective's
+  // bookkeeping may release an earlier buffer while it runs.)
+  ag::Allocator& cpu = ag::allocator_for(ag::Device::kCPU);
+  const auto with_peak = [&](const auto& fn) {
+    const int64_t before = ag::memory_stats(ag::Device::kCPU).current_bytes;
+    const int64_t peak_before = ag::memory_stats(ag::Device::kCPU).peak_bytes;
+    cpu.reset_peak();
+    auto result = fn();
+    const int64_t peak = ag::memory_stats(ag::Device::kCPU).peak_bytes - before;
+    cpu.raise_peak(peak_before);
+    return std::pair{std::move(result), peak};
+  };
+  const auto [everywhere, everywhere_peak] = with_peak([&] { return zero.consolidated_state(); });
+  EXPECT_EQ(state_elements(everywhere), whole_state) << "every rank holds the whole state";
+  const auto [one, one_peak] = with_peak([&] { return zero.consolidated_state(to); });
+  if (world().rank() == to) {
+    EXPECT_EQ(state_difference(one, everywhere), 0.0);
+  } else {
+    EXPECT_TRUE(one.empty());
+    // A bucket's gathered tensor at a time (a seventeenth of one moment each here).
+    EXPECT_LT(one_peak, 4 * whole_state / 4) << "under a quarter of the state's bytes at the peak while rank " << to << " gathers the state";
+    EXPECT_LT(one_peak, everywhere_peak / 4);
+  }
+  EXPECT_EQ(zero.consolidated_optimizer(to) == nullptr, world().rank() != to);
+  // Every rank must name the same rank, in the group; else every rank throws.
+  EXPECT_ERROR([&] { zero.consolidated_state(world().rank()); }, "the ranks passed different values of to");
+  EXPECT_ERROR([&] { zero.consolidated_state(n); }, "to must be a rank of the group, in [0, " + std::to_string(n) + ")");
+  // The optimizer a single-process checkpoint loads into: the groups and options, no state.
+  const std::unique_ptr<ag::optim::Optimizer> empty = zero.make_unsharded_optimizer();
+  EXPECT_EQ(empty->param_group_state()[0].options.at("lr"), 1e-3);
+  EXPECT_EQ(state_elements(empty->state()), 0);
 }
 
 TEST(ZeroCheckpoint, AStateOfOtherParametersIsAnError) {
