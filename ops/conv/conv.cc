@@ -4,7 +4,8 @@
 //   out_g = w_g cols_g  (+ b);  dw_g = dy_g cols_g^T;  dcols_g = w_g^T dy_g, dx = col2im(dcols)
 // The columns of a chunk of samples are built, used and dropped, in the forward and again in the
 // backward: nothing of im2col's size K n L lives from forward to backward. A depthwise convolution
-// (groups = C = O) runs a direct kernel instead.
+// (groups = C = O) runs a direct kernel instead, and so does a float32 stride-1 one on the CPU
+// (forward and both gradients; conv_direct_cpu.cc; the forward with the GEMM route's bits).
 #include <algorithm>
 
 #include "framework/copy.h"
@@ -83,6 +84,10 @@ struct Conv2d {
       kernels::depthwise_conv2d(x, w, b, geometry, out);
       return out;
     }
+    if (kernels::direct_conv2d_applies(x, w, geometry, o.groups)) {
+      kernels::cpu::direct_conv2d(x, w, b, geometry, out);
+      return out;
+    }
     const Tensor w3 = weight_groups(w);
     for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
       const Tensor cols = columns(x, w, n0, n);
@@ -103,23 +108,33 @@ struct Conv2d {
     if (depthwise(x, w)) {
       if (dx.defined() || dw.defined()) kernels::depthwise_conv2d_backward(x, w, dy, geometry, dx, dw);
     } else if (saved.needs_grad(0) || saved.needs_grad(1)) {
-      for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
-        Tensor dyt = Tensor::empty({groups, out_c / groups, n * len}, dy.dtype(), dy.device());
-        Tensor dyt_channels = reshape(dyt, {out_c, n, len});
-        kernels::channels_from_samples(dy, n0, dyt_channels);
+      // Where the forward was a direct convolution, so are both gradients.
+      if (kernels::direct_conv2d_applies(x, w, geometry, groups)) {
+        if (saved.needs_grad(0)) kernels::cpu::direct_conv2d_input_grad(dy, w, geometry, dx);
         if (saved.needs_grad(1)) {
-          const Tensor part = reshape(gemm(dyt, Transpose::kNo, columns(x, w, n0, n), Transpose::kYes), w.shape());
-          if (dw.defined()) {
-            accumulate_(dw, part);  // a later chunk: one rounding per chunk, few chunks by the budget
-          } else {
-            dw = part;
+          dw = Tensor::empty(w.shape(), dy.dtype(), dy.device());
+          kernels::cpu::direct_conv2d_weight_grad(x, dy, geometry, dw);
+        }
+      } else {
+        for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
+          Tensor dyt = Tensor::empty({groups, out_c / groups, n * len}, dy.dtype(), dy.device());
+          Tensor dyt_channels = reshape(dyt, {out_c, n, len});
+          kernels::channels_from_samples(dy, n0, dyt_channels);
+          if (saved.needs_grad(1)) {
+            const Tensor part = reshape(gemm(dyt, Transpose::kNo, columns(x, w, n0, n), Transpose::kYes), w.shape());
+            if (dw.defined()) {
+              accumulate_(dw, part);  // a later chunk: one rounding per chunk, few chunks by the budget
+            } else {
+              dw = part;
+            }
           }
-        }
-        if (saved.needs_grad(0)) {
-          Tensor dcols = reshape(gemm(w3, Transpose::kYes, dyt, Transpose::kNo), {x.size(1) * geometry.kh * geometry.kw, n, len});
-          kernels::col2im(dcols, geometry, n0, dx);
-        }
-      });
+          if (saved.needs_grad(0)) {
+            Tensor dcols = reshape(gemm(w3, Transpose::kYes, dyt, Transpose::kNo),
+                                   {x.size(1) * geometry.kh * geometry.kw, n, len});
+            kernels::col2im(dcols, geometry, n0, dx);
+          }
+        });
+      }
     }
     if (saved.needs_grad(1) && !dw.defined()) dw = zeros(w.shape(), dy.dtype(), dy.device());  // an empty batch
     if (has_bias && saved.needs_grad(2)) {

@@ -1,0 +1,205 @@
+// The direct stride-1 convolution (ops/conv/conv_direct_cpu.cc) against the im2col GEMM route it
+// replaces: the forward bit for bit (the same FMA chain per output), the input and weight
+// gradients against float64 references (their sums run in other orders), over shapes whose output
+// rows and channels are not multiples of the register tiles. conv_direct_avx2_test runs this file with
+// AMPGRAD_CPU_ISA=avx2, so the AVX2 tile is held to the same bits as the AVX-512 one.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "framework/cpu_features.h"
+#include "ops/conv/conv_kernels.h"
+#include "ops/linear/linear_kernels.h"
+#include "ops/ops.h"
+#include "test_util.h"
+
+namespace ag = ampgrad;
+namespace agt = ampgrad::test;
+namespace k = ampgrad::kernels;
+using ag::DType;
+using ag::Tensor;
+
+namespace {
+
+struct Case {
+  int64_t n, c, h, w, o, kh, kw, ph, pw;
+  bool bias;
+};
+
+const Case kCases[] = {
+    {2, 3, 7, 6, 4, 3, 3, 1, 1, true},     // smaller than one tile both ways
+    {1, 1, 5, 40, 9, 3, 3, 1, 1, false},   // a row of 40: a full and a partial tile; 9 channels: one past a block
+    {3, 5, 9, 33, 7, 5, 5, 2, 2, true},    // 5x5, padding 2
+    {2, 4, 6, 17, 13, 1, 3, 0, 1, true},   // 1x3
+    {2, 3, 8, 8, 6, 2, 2, 0, 0, false},    // an even kernel without padding: 7x7 out
+    {1, 2, 4, 70, 3, 3, 2, 2, 1, true},    // padding 2 rows (as large as the direct input gradient allows)
+    {2, 16, 12, 65, 20, 3, 3, 1, 1, true}, // several tiles and blocks
+    {1, 3, 5, 9, 10, 3, 3, 1, 1, true},    // a tile spans several output rows
+    {1, 2, 41, 47, 3, 3, 3, 1, 1, false},  // the weight gradient's grid in 4 blocks of 512, the last part empty
+};
+
+ag::Shape x_shape(const Case& c) { return {c.n, c.c, c.h, c.w}; }
+ag::Shape w_shape(const Case& c) { return {c.o, c.c, c.kh, c.kw}; }
+
+Tensor random_tensor(const ag::Shape& shape, uint64_t seed) {
+  return Tensor::from_vector(agt::random_values(static_cast<size_t>(ag::shape_numel(shape)), -1, 1, seed), shape,
+                             DType::kFloat32);
+}
+
+k::ConvGeometry geometry(const Case& c) {
+  return {.kh = c.kh, .kw = c.kw, .pad_h = c.ph, .pad_w = c.pw, .out_h = c.h + 2 * c.ph - c.kh + 1,
+          .out_w = c.w + 2 * c.pw - c.kw + 1};
+}
+
+// The im2col route: y = w cols (+ b), transposed into [N, O, Ho, Wo].
+Tensor im2col_forward(const Tensor& x, const Tensor& w, const Tensor& b, const k::ConvGeometry& g) {
+  const int64_t n = x.size(0), out_c = w.size(0), rows = w.numel() / out_c, len = g.out_h * g.out_w;
+  Tensor cols = Tensor::empty({rows, n, len}, DType::kFloat32);
+  k::im2col(x, 0, g, cols);
+  const Tensor ct = k::gemm(ag::ops::reshape(w, {out_c, rows}), k::Transpose::kNo, ag::ops::reshape(cols, {rows, n * len}),
+                            k::Transpose::kNo);
+  Tensor y = Tensor::empty({n, out_c, g.out_h, g.out_w}, DType::kFloat32);
+  k::samples_from_channels(ag::ops::reshape(ct, {out_c, n, len}), b, 0, y);
+  return y;
+}
+
+// dx[s, c, y, x] = sum over o, i, j of dy[s, o, y + ph - i, x + pw - j] w[o, c, i, j], in double.
+std::vector<double> input_grad_reference(const Case& c, const Tensor& dy, const Tensor& w) {
+  const std::vector<double> d = dy.to_double_vector(), wv = w.to_double_vector();
+  const k::ConvGeometry g = geometry(c);
+  std::vector<double> dx(static_cast<size_t>(c.n * c.c * c.h * c.w), 0.0);
+  for (int64_t s = 0; s < c.n; ++s) {
+    for (int64_t ci = 0; ci < c.c; ++ci) {
+      for (int64_t y = 0; y < c.h; ++y) {
+        for (int64_t x = 0; x < c.w; ++x) {
+          double sum = 0;
+          for (int64_t o = 0; o < c.o; ++o) {
+            for (int64_t i = 0; i < c.kh; ++i) {
+              for (int64_t j = 0; j < c.kw; ++j) {
+                const int64_t oy = y + c.ph - i, ox = x + c.pw - j;
+                if (oy < 0 || oy >= g.out_h || ox < 0 || ox >= g.out_w) continue;
+                sum += d[static_cast<size_t>(((s * c.o + o) * g.out_h + oy) * g.out_w + ox)] *
+                       wv[static_cast<size_t>(((o * c.c + ci) * c.kh + i) * c.kw + j)];
+              }
+            }
+          }
+          dx[static_cast<size_t>(((s * c.c + ci) * c.h + y) * c.w + x)] = sum;
+        }
+      }
+    }
+  }
+  return dx;
+}
+
+TEST(DirectConv2d, ForwardGivesTheIm2colRoutesBits) {
+  const char* isa = std::getenv("AMPGRAD_CPU_ISA");
+  std::printf("AMPGRAD_CPU_ISA=%s: the direct convolution runs at %s\n", isa ? isa : "(unset)",
+              ag::cpu_isa_name(ag::effective_cpu_isa()));
+  uint64_t seed = 1;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "x [" << c.n << ", " << c.c << ", " << c.h << ", " << c.w << "], w [" << c.o
+                                      << ", " << c.c << ", " << c.kh << ", " << c.kw << "], padding " << c.ph << ", "
+                                      << c.pw);
+    const Tensor x = random_tensor(x_shape(c), seed++), w = random_tensor(w_shape(c), seed++);
+    const Tensor b = c.bias ? random_tensor({c.o}, seed++) : Tensor();
+    const k::ConvGeometry g = geometry(c);
+    ASSERT_TRUE(k::direct_conv2d_applies(x, w, g, 1));
+    Tensor direct = Tensor::empty({c.n, c.o, g.out_h, g.out_w}, DType::kFloat32);
+    k::cpu::direct_conv2d(x, w, b, g, direct);
+    EXPECT_EQ(direct.to_vector(), im2col_forward(x, w, b, g).to_vector());
+    // The op takes the direct kernel.
+    EXPECT_EQ(ag::ops::conv2d(x, w, b, {.padding = {c.ph, c.pw}}).to_vector(), direct.to_vector());
+  }
+}
+
+TEST(DirectConv2d, InputGradientMatchesTheFloat64Reference) {
+  uint64_t seed = 100;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "x [" << c.n << ", " << c.c << ", " << c.h << ", " << c.w << "], w [" << c.o
+                                      << ", " << c.c << ", " << c.kh << ", " << c.kw << "]");
+    const k::ConvGeometry g = geometry(c);
+    const Tensor dy = random_tensor({c.n, c.o, g.out_h, g.out_w}, seed++), w = random_tensor(w_shape(c), seed++);
+    Tensor dx = Tensor::empty(x_shape(c), DType::kFloat32);
+    k::cpu::direct_conv2d_input_grad(dy, w, g, dx);
+    EXPECT_CLOSE(dx, input_grad_reference(c, dy, w), DType::kFloat32, {.k = c.o * c.kh * c.kw, .magnitude = 4});
+    // Through the op's backward too.
+    Tensor x = random_tensor(x_shape(c), seed++);
+    x.set_requires_grad(true);
+    ag::ops::sum(ag::ops::conv2d(x, w, Tensor(), {.padding = {c.ph, c.pw}}) * dy).backward();
+    EXPECT_EQ(x.grad().to_vector(), dx.to_vector());
+  }
+}
+
+// dw[o, c, i, j] = sum over s, oy, ox of dy[s, o, oy, ox] x[s, c, oy - ph + i, ox - pw + j], in double.
+std::vector<double> weight_grad_reference(const Case& c, const Tensor& x, const Tensor& dy) {
+  const std::vector<double> xv = x.to_double_vector(), d = dy.to_double_vector();
+  const k::ConvGeometry g = geometry(c);
+  std::vector<double> dw(static_cast<size_t>(c.o * c.c * c.kh * c.kw), 0.0);
+  for (int64_t s = 0; s < c.n; ++s) {
+    for (int64_t o = 0; o < c.o; ++o) {
+      for (int64_t ci = 0; ci < c.c; ++ci) {
+        for (int64_t i = 0; i < c.kh; ++i) {
+          for (int64_t j = 0; j < c.kw; ++j) {
+            double sum = 0;
+            for (int64_t oy = 0; oy < g.out_h; ++oy) {
+              const int64_t iy = oy - c.ph + i;
+              if (iy < 0 || iy >= c.h) continue;
+              for (int64_t ox = 0; ox < g.out_w; ++ox) {
+                const int64_t ix = ox - c.pw + j;
+                if (ix < 0 || ix >= c.w) continue;
+                sum += d[static_cast<size_t>(((s * c.o + o) * g.out_h + oy) * g.out_w + ox)] *
+                       xv[static_cast<size_t>(((s * c.c + ci) * c.h + iy) * c.w + ix)];
+              }
+            }
+            dw[static_cast<size_t>(((o * c.c + ci) * c.kh + i) * c.kw + j)] += sum;
+          }
+        }
+      }
+    }
+  }
+  return dw;
+}
+
+TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
+  uint64_t seed = 200;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "x [" << c.n << ", " << c.c << ", " << c.h << ", " << c.w << "], w [" << c.o
+                                      << ", " << c.c << ", " << c.kh << ", " << c.kw << "]");
+    const k::ConvGeometry g = geometry(c);
+    const Tensor x = random_tensor(x_shape(c), seed++), dy = random_tensor({c.n, c.o, g.out_h, g.out_w}, seed++);
+    Tensor dw = Tensor::empty(w_shape(c), DType::kFloat32);
+    k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
+    // Float partial sums over up to about 1024 positions (|dy x| <= 1), totalled in double.
+    EXPECT_CLOSE(dw, weight_grad_reference(c, x, dy), DType::kFloat32, {.k = 1024, .magnitude = 16});
+    // Through the op's backward too.
+    Tensor w = random_tensor(w_shape(c), seed++);
+    w.set_requires_grad(true);
+    ag::ops::sum(ag::ops::conv2d(x, w, Tensor(), {.padding = {c.ph, c.pw}}) * dy).backward();
+    EXPECT_EQ(w.grad().to_vector(), dw.to_vector());
+  }
+  // Many samples of several blocks each (a 32 x 32 padded plane is two blocks).
+  const Case big{40, 8, 30, 30, 5, 3, 3, 1, 1, false};
+  const k::ConvGeometry g = geometry(big);
+  const Tensor x = random_tensor(x_shape(big), 7), dy = random_tensor({big.n, big.o, g.out_h, g.out_w}, 8);
+  Tensor dw = Tensor::empty(w_shape(big), DType::kFloat32);
+  k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
+  EXPECT_CLOSE(dw, weight_grad_reference(big, x, dy), DType::kFloat32, {.k = 1024, .magnitude = 64});
+}
+
+TEST(DirectConv2d, AppliesOnlyWhereItsInputGradientIsOneToo) {
+  const Tensor x = Tensor::empty({1, 2, 8, 8}, DType::kFloat32), w = Tensor::empty({3, 2, 3, 3}, DType::kFloat32);
+  const k::ConvGeometry g{.kh = 3, .kw = 3, .pad_h = 1, .pad_w = 1, .out_h = 8, .out_w = 8};
+  EXPECT_TRUE(k::direct_conv2d_applies(x, w, g, 1));
+  EXPECT_FALSE(k::direct_conv2d_applies(x.to(DType::kBFloat16), w.to(DType::kBFloat16), g, 1)) << "float32 only";
+  EXPECT_FALSE(k::direct_conv2d_applies(x, w, {.kh = 3, .kw = 3, .stride_h = 2, .out_h = 3, .out_w = 6}, 1));
+  EXPECT_FALSE(k::direct_conv2d_applies(x, w, {.kh = 3, .kw = 3, .dilation_w = 2, .out_h = 6, .out_w = 4}, 1));
+  EXPECT_FALSE(k::direct_conv2d_applies(x, w, {.kh = 3, .kw = 3, .pad_h = 3, .out_h = 12, .out_w = 6}, 1))
+      << "padding past the kernel";
+  EXPECT_FALSE(k::direct_conv2d_applies(x, Tensor::empty({3, 2, 1, 1}, DType::kFloat32), {.out_h = 8, .out_w = 8}, 1))
+      << "1x1: a plain GEMM already";
+  EXPECT_FALSE(k::direct_conv2d_applies(x, Tensor::empty({2, 1, 3, 3}, DType::kFloat32), g, 2)) << "grouped";
+}
+
+}  // namespace
