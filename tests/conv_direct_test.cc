@@ -1,7 +1,7 @@
 // The direct stride-1 convolution (ops/conv/conv_direct_cpu.cc) against the im2col GEMM route it
-// replaces: the forward bit for bit (the same FMA chain per output), the input and weight
-// gradients against float64 references (their sums run in other orders), over shapes whose output
-// rows and channels are not multiples of the register tiles. conv_direct_avx2_test runs this file with
+// replaces: float32's forward bit for bit (the same FMA chain per output), the input and weight
+// gradients and bfloat16 against float64 references (their sums run in other orders), over shapes
+// whose output rows and channels are not multiples of the register tiles. conv_direct_avx2_test runs this file with
 // AMPGRAD_CPU_ISA=avx2, so the AVX2 tile is held to the same bits as the AVX-512 one.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include "ops/conv/conv_kernels.h"
 #include "ops/linear/linear_kernels.h"
 #include "ops/ops.h"
+#include "reference.h"
 #include "test_util.h"
 
 namespace ag = ampgrad;
@@ -132,6 +133,10 @@ TEST(DirectConv2d, InputGradientMatchesTheFloat64Reference) {
   }
 }
 
+// The weight gradient's terms per sum: every grid position of every sample (an upper bound on
+// what one vector lane adds in float).
+int64_t grid_terms(const Case& c) { return c.n * geometry(c).out_h * (c.w + 2 * c.pw); }
+
 // dw[o, c, i, j] = sum over s, oy, ox of dy[s, o, oy, ox] x[s, c, oy - ph + i, ox - pw + j], in double.
 std::vector<double> weight_grad_reference(const Case& c, const Tensor& x, const Tensor& dy) {
   const std::vector<double> xv = x.to_double_vector(), d = dy.to_double_vector();
@@ -171,8 +176,9 @@ TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
     const Tensor x = random_tensor(x_shape(c), seed++), dy = random_tensor({c.n, c.o, g.out_h, g.out_w}, seed++);
     Tensor dw = Tensor::empty(w_shape(c), DType::kFloat32);
     k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
-    // Float partial sums over up to about 1024 positions (|dy x| <= 1), totalled in double.
-    EXPECT_CLOSE(dw, weight_grad_reference(c, x, dy), DType::kFloat32, {.k = 1024, .magnitude = 16});
+    // Each vector lane sums a share of the n x grid positions in float (|dy x| <= 1); the lanes are
+    // totalled in double.
+    EXPECT_CLOSE(dw, weight_grad_reference(c, x, dy), DType::kFloat32, {.k = grid_terms(c), .magnitude = 16});
     // Through the op's backward too.
     Tensor w = random_tensor(w_shape(c), seed++);
     w.set_requires_grad(true);
@@ -185,14 +191,61 @@ TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
   const Tensor x = random_tensor(x_shape(big), 7), dy = random_tensor({big.n, big.o, g.out_h, g.out_w}, 8);
   Tensor dw = Tensor::empty(w_shape(big), DType::kFloat32);
   k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
-  EXPECT_CLOSE(dw, weight_grad_reference(big, x, dy), DType::kFloat32, {.k = 1024, .magnitude = 64});
+  EXPECT_CLOSE(dw, weight_grad_reference(big, x, dy), DType::kFloat32, {.k = grid_terms(big), .magnitude = 64});
+}
+
+// Bfloat16 (AVX512_BF16: channel pairs, or grid-position pairs for the weight gradient, summed in
+// float by VDPBF16PS), each result rounded once: against float64 from the same bfloat16 values.
+TEST(DirectConv2d, Bfloat16MatchesTheFloat64Reference) {
+  const Tensor probe = Tensor::empty({1, 1, 4, 4}, DType::kBFloat16);
+  const k::ConvGeometry probe_g{.kh = 3, .kw = 3, .pad_h = 1, .pad_w = 1, .out_h = 4, .out_w = 4};
+  if (!k::direct_conv2d_applies(probe, Tensor::empty({1, 1, 3, 3}, DType::kBFloat16), probe_g, 1)) {
+    GTEST_SKIP() << "the bfloat16 direct convolution needs avx512_bf16, and the kernels run at "
+                 << ag::cpu_isa_name(ag::effective_cpu_isa()) << " here "
+                 << ag::cpu_unsupported_reason(ag::CpuIsa::kAvx512Bf16);
+  }
+  uint64_t seed = 300;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "x [" << c.n << ", " << c.c << ", " << c.h << ", " << c.w << "], w [" << c.o
+                                      << ", " << c.c << ", " << c.kh << ", " << c.kw << "]");
+    const k::ConvGeometry g = geometry(c);
+    const auto bf16 = [](const Tensor& t) { return t.to(DType::kBFloat16); };
+    const Tensor x = bf16(random_tensor(x_shape(c), seed++)), w = bf16(random_tensor(w_shape(c), seed++));
+    const Tensor b = c.bias ? bf16(random_tensor({c.o}, seed++)) : Tensor();
+    const Tensor dy = bf16(random_tensor({c.n, c.o, g.out_h, g.out_w}, seed++));
+    Tensor y = Tensor::empty({c.n, c.o, g.out_h, g.out_w}, DType::kBFloat16);
+    k::cpu::direct_conv2d(x, w, b, g, y);
+    const agt::WindowRef window{.kh = c.kh, .kw = c.kw, .ph = c.ph, .pw = c.pw};
+    EXPECT_CLOSE(y,
+                 agt::conv2d_ref(x.to_double_vector(), x_shape(c), w.to_double_vector(), w_shape(c),
+                                 c.bias ? b.to_double_vector() : std::vector<double>{}, window, 1),
+                 DType::kBFloat16, {.k = c.c * c.kh * c.kw, .magnitude = 4});
+    Tensor dx = Tensor::empty(x_shape(c), DType::kBFloat16);
+    k::cpu::direct_conv2d_input_grad(dy, w, g, dx);
+    EXPECT_CLOSE(dx, input_grad_reference(c, dy, w), DType::kBFloat16, {.k = c.o * c.kh * c.kw, .magnitude = 4});
+    Tensor dw = Tensor::empty(w_shape(c), DType::kBFloat16);
+    k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
+    EXPECT_CLOSE(dw, weight_grad_reference(c, x, dy), DType::kBFloat16, {.k = grid_terms(c), .magnitude = 16});
+    // The op (as autocast runs it) takes the same kernels.
+    Tensor xr = x.detach(), wr = w.detach();
+    xr.set_requires_grad(true);
+    wr.set_requires_grad(true);
+    const Tensor yr = ag::ops::conv2d(xr, wr, b, {.padding = {c.ph, c.pw}});
+    EXPECT_EQ(yr.to_vector(), y.to_vector());
+    ag::ops::sum(yr * dy).backward();
+    EXPECT_EQ(xr.grad().to_vector(), dx.to_vector());
+    EXPECT_EQ(wr.grad().to_vector(), dw.to_vector());
+  }
 }
 
 TEST(DirectConv2d, AppliesOnlyWhereItsInputGradientIsOneToo) {
   const Tensor x = Tensor::empty({1, 2, 8, 8}, DType::kFloat32), w = Tensor::empty({3, 2, 3, 3}, DType::kFloat32);
   const k::ConvGeometry g{.kh = 3, .kw = 3, .pad_h = 1, .pad_w = 1, .out_h = 8, .out_w = 8};
   EXPECT_TRUE(k::direct_conv2d_applies(x, w, g, 1));
-  EXPECT_FALSE(k::direct_conv2d_applies(x.to(DType::kBFloat16), w.to(DType::kBFloat16), g, 1)) << "float32 only";
+  EXPECT_FALSE(k::direct_conv2d_applies(x.to(DType::kFloat16), w.to(DType::kFloat16), g, 1)) << "float16";
+  EXPECT_EQ(k::direct_conv2d_applies(x.to(DType::kBFloat16), w.to(DType::kBFloat16), g, 1),
+            ag::effective_cpu_isa() >= ag::CpuIsa::kAvx512Bf16)
+      << "bfloat16 where VDPBF16PS runs";
   EXPECT_FALSE(k::direct_conv2d_applies(x, w, {.kh = 3, .kw = 3, .stride_h = 2, .out_h = 3, .out_w = 6}, 1));
   EXPECT_FALSE(k::direct_conv2d_applies(x, w, {.kh = 3, .kw = 3, .dilation_w = 2, .out_h = 6, .out_w = 4}, 1));
   EXPECT_FALSE(k::direct_conv2d_applies(x, w, {.kh = 3, .kw = 3, .pad_h = 3, .out_h = 12, .out_w = 6}, 1))

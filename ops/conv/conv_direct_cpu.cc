@@ -6,16 +6,21 @@
 // q = oh Wp + ow: tap (i, j) of position q is element q + i Wp + j of a padded channel plane, so a
 // run of positions is a run of the plane even across output rows (its columns ow >= Wo are
 // computed and dropped: 2 of every 16 at 14 x 14, where whole-row tiles would drop 18 of 32).
-//   AVX2/FMA  6 x 16: 12 ymm accumulators (the GEMM's tile);
-//   AVX-512   8 x 32: 16 zmm accumulators, compiled for its own target and run where
-//             effective_cpu_isa() allows.
-// Each output is 0, then one FMA per (c, i, j) in order, then + b: the bits of the im2col GEMM
-// route (the GEMM makes the same chain), so the two routes agree exactly.
+//   float32, AVX2/FMA  6 x 16: 12 ymm accumulators (the GEMM's tile);
+//   float32, AVX-512   8 x 32: 16 zmm accumulators;
+//   bfloat16, AVX512_BF16 8 x 32 over channel pairs: the padded copy holds (c, c + 1) pairs in
+//     32-bit words, so VDPBF16PS takes two channels a step (the GEMM's pair kernel's arithmetic).
+// The AVX-512 tiles are compiled for their own targets and run where effective_cpu_isa() allows.
+// Float32: each output is 0, then one FMA per (c, i, j) in order, then + b: the bits of the im2col
+// GEMM route (the GEMM makes the same chain), so the two routes agree exactly.
+// The weight gradient is a GEMM whose long reduction runs over the grid: vectors along q.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "framework/cpu_features.h"
+#include "framework/error.h"
 #include "framework/parallel.h"
 #include "ops/conv/conv_kernels.h"
 
@@ -30,53 +35,92 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-// How many padded input floats one chunk of samples copies at most (32 MB): the copy is a
+#define AMPGRAD_AVX512_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")
+#define AMPGRAD_AVX512_BF16_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")
+
+// How many padded input values one chunk of samples copies at most (8 Mi): the copy is a
 // transient beside x, bounded whatever the batch.
 constexpr int64_t kPaddedBudget = int64_t{1} << 23;
 
-// The geometry of one call: x [n, C, H, W] read through its padded copy [n, C, Hp, Wp].
+// The geometry of one call: the source [n, C, H, W] (x, or dy for the input gradient) read through
+// its padded copy [n, words, Hp, Wp], where a word holds one channel (float32) or a channel pair
+// (bfloat16); O outputs channels of out_h x out_w.
 struct Plan {
   int64_t channels, height, width, out_c, kh, kw, pad_h, pad_w, out_h, out_w;
-  int64_t padded_h, padded_w;
+  int64_t words = 0, padded_h = 0, padded_w = 0;
 };
 
-// w [O, C, kh, kw] as blocks of kRows output channels: wp[ob][c][i][j][r] = w[ob kRows + r, c, i, j]
-// (0 past O), the kRows values one (c, i, j) step broadcasts, side by side.
-template <int kRows>
-std::vector<float> pack_weights(const float* w, const Plan& p) {
-  const int64_t blocks = (p.out_c + kRows - 1) / kRows, taps = p.channels * p.kh * p.kw;
-  std::vector<float> packed(static_cast<size_t>(blocks * taps * kRows), 0.0f);
+// The padded copy's and the packed weights' 32-bit words: a float, or two bfloat16 channels with
+// the even one in the high half (VDPBF16PS multiplies it first). A missing odd channel pads with +0
+// in the weights and -0 in x (kPadA, kPadB: the product -0 leaves every sum unchanged).
+template <typename T>
+using Word = std::conditional_t<std::is_same_v<T, float>, float, uint32_t>;
+constexpr uint32_t pair_word(uint16_t first, uint16_t second) { return (uint32_t{first} << 16) | second; }
+constexpr uint16_t kPadA = 0x0000, kPadB = 0x8000;
+template <typename T>
+constexpr int64_t channels_per_word() {
+  return std::is_same_v<T, float> ? 1 : 2;
+}
+
+// w [O, C, kh, kw] as blocks of kRows output channels: wp[ob][word][i][j][r] holds
+// w[ob kRows + r, channel(s) of word, i, j] (0 past O): the kRows words one step broadcasts.
+template <int kRows, typename T>
+std::vector<Word<T>> pack_weights(const T* w, const Plan& p) {
+  const int64_t blocks = (p.out_c + kRows - 1) / kRows, taps = p.kh * p.kw;
+  std::vector<Word<T>> packed(static_cast<size_t>(blocks * p.words * taps * kRows), Word<T>{});
   for (int64_t o = 0; o < p.out_c; ++o) {
-    for (int64_t t = 0; t < taps; ++t) packed[static_cast<size_t>(((o / kRows) * taps + t) * kRows + o % kRows)] = w[o * taps + t];
+    for (int64_t cw = 0; cw < p.words; ++cw) {
+      for (int64_t t = 0; t < taps; ++t) {
+        Word<T>& out = packed[static_cast<size_t>((((o / kRows) * p.words + cw) * taps + t) * kRows + o % kRows)];
+        if constexpr (std::is_same_v<T, float>) {
+          out = w[(o * p.channels + cw) * taps + t];
+        } else {
+          const int64_t c = 2 * cw;
+          out = pair_word(w[(o * p.channels + c) * taps + t].bits,
+                          c + 1 < p.channels ? w[(o * p.channels + c + 1) * taps + t].bits : kPadA);
+        }
+      }
+    }
   }
   return packed;
 }
 
-// Samples [n0, n0 + n) of x into the zero-padded copy.
-void pad_samples(const float* x, int64_t n0, int64_t n, const Plan& p, float* padded) {
-  const int64_t plane = p.padded_h * p.padded_w;
-  parallel_range(n * p.channels, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(plane, 1)),
+// Samples [n0, n0 + n) of `src` into the zero-padded copy, one channel (Pairs: a channel pair's
+// words) per plane. Without Pairs the copy keeps src's type (the weight gradient reads bfloat16
+// pairs along the grid from it).
+template <bool kPairs, typename T, typename Out>
+void pad_samples(const T* src, int64_t n0, int64_t n, const Plan& p, Out* padded) {
+  const int64_t plane = p.padded_h * p.padded_w, planes = kPairs ? p.words : p.channels;
+  const int64_t hw = p.height * p.width;
+  parallel_range(n * planes, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(plane, 1)),
                  [&](int64_t lo, int64_t hi) {
                    for (int64_t item = lo; item < hi; ++item) {
-                     const float* src = x + (n0 * p.channels + item) * p.height * p.width;
-                     float* dst = padded + item * plane;
-                     std::fill(dst, dst + p.pad_h * p.padded_w, 0.0f);
+                     const int64_t s = item / planes, cw = item % planes;
+                     Out* dst = padded + item * plane;
+                     std::fill(dst, dst + plane, Out{});
                      for (int64_t r = 0; r < p.height; ++r) {
-                       float* row = dst + (p.pad_h + r) * p.padded_w;
-                       std::fill(row, row + p.pad_w, 0.0f);
-                       std::memcpy(row + p.pad_w, src + r * p.width, static_cast<size_t>(p.width) * sizeof(float));
-                       std::fill(row + p.pad_w + p.width, row + p.padded_w, 0.0f);
+                       Out* row = dst + (p.pad_h + r) * p.padded_w + p.pad_w;
+                       if constexpr (kPairs) {
+                         const int64_t c = 2 * cw;
+                         const T* first = src + ((n0 + s) * p.channels + c) * hw + r * p.width;
+                         const T* second = c + 1 < p.channels ? first + hw : nullptr;
+                         for (int64_t col = 0; col < p.width; ++col) {
+                           row[col] = pair_word(first[col].bits, second != nullptr ? second[col].bits : kPadB);
+                         }
+                       } else {
+                         std::memcpy(row, src + ((n0 + s) * p.channels + cw) * hw + r * p.width,
+                                     static_cast<size_t>(p.width) * sizeof(T));
+                       }
                      }
-                     std::fill(dst + (p.pad_h + p.height) * p.padded_w, dst + plane, 0.0f);
                    }
                  });
 }
 
-// The tile's sums leave through a small buffer: of grid positions q0 .. q0 + kCols - 1, those with
-// ow < Wo go to y (plus b) for the block's valid channels.
-template <int kRows, int kCols>
-void write_tile(const float (&tile)[kRows][kCols], const float* bias, int64_t o0, int64_t q0, const Plan& p,
-                float* y_sample) {
+// The tile's float sums leave through a small buffer: of grid positions q0 .. q0 + kCols - 1,
+// those with ow < Wo go to y (plus b, rounded once to T) for the block's valid channels.
+template <int kRows, int kCols, typename T>
+void write_tile(const float (&tile)[kRows][kCols], const T* bias, int64_t o0, int64_t q0, const Plan& p,
+                T* y_sample) {
   const int64_t rows = std::min<int64_t>(kRows, p.out_c - o0), plane = p.out_h * p.out_w;
   const int64_t end = std::min(q0 + kCols, p.out_h * p.padded_w);
   for (int64_t q = q0; q < end;) {
@@ -84,27 +128,30 @@ void write_tile(const float (&tile)[kRows][kCols], const float* bias, int64_t o0
     const int64_t valid = std::min({row_end, oh * p.padded_w + p.out_w, end}) - q;
     for (int64_t r = 0; valid > 0 && r < rows; ++r) {
       const float* sums = tile[r] + (q - q0);
-      float* out = y_sample + (o0 + r) * plane + oh * p.out_w + ow;
-      if (bias == nullptr) {
-        std::memcpy(out, sums, static_cast<size_t>(valid) * sizeof(float));
-      } else {
-        const float add = bias[o0 + r];
-        for (int64_t c = 0; c < valid; ++c) out[c] = sums[c] + add;
+      T* out = y_sample + (o0 + r) * plane + oh * p.out_w + ow;
+      const float add = bias == nullptr ? 0.0f : load(bias[o0 + r]);
+      if constexpr (std::is_same_v<T, float>) {
+        if (bias == nullptr) {
+          std::memcpy(out, sums, static_cast<size_t>(valid) * sizeof(float));
+          continue;
+        }
       }
+      for (int64_t c = 0; c < valid; ++c) out[c] = store<T>(bias == nullptr ? sums[c] : sums[c] + add);
     }
     q = std::min(row_end, end);
   }
 }
 
-// One kRows x 16 tile: channels o0.., grid positions q0..; `in` is the sample's padded copy from
-// element q0 of its first plane, and `wp` the packed block of o0.
+// ---- Forward tiles: kRows channels o0.. x kCols grid positions q0..; `in` is the sample's padded
+// copy from element q0 of its first plane, `wp` the packed block of o0 -------------------------
+
 [[gnu::noinline]] void tile_avx2(const float* in, const float* wp, const Plan& p, float (&tile)[6][16]) {
   constexpr int kRows = 6;
   __m256 acc[kRows][2];
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   const int64_t plane = p.padded_h * p.padded_w;
-  for (int64_t c = 0; c < p.channels; ++c) {
+  for (int64_t c = 0; c < p.words; ++c) {
     for (int64_t i = 0; i < p.kh; ++i) {
       const float* row = in + c * plane + i * p.padded_w;
       for (int64_t j = 0; j < p.kw; ++j, wp += kRows) {
@@ -125,8 +172,6 @@ void write_tile(const float (&tile)[kRows][kCols], const float* bias, int64_t o0
   }
 }
 
-#define AMPGRAD_AVX512_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")
-
 [[AMPGRAD_AVX512_TARGET, gnu::noinline]] void tile_avx512(const float* in, const float* wp, const Plan& p,
                                                           float (&tile)[8][32]) {
   constexpr int kRows = 8;
@@ -134,7 +179,7 @@ void write_tile(const float (&tile)[kRows][kCols], const float* bias, int64_t o0
 #pragma GCC unroll 8
   for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const int64_t plane = p.padded_h * p.padded_w;
-  for (int64_t c = 0; c < p.channels; ++c) {
+  for (int64_t c = 0; c < p.words; ++c) {
     for (int64_t i = 0; i < p.kh; ++i) {
       const float* row = in + c * plane + i * p.padded_w;
       for (int64_t j = 0; j < p.kw; ++j, wp += kRows) {
@@ -155,38 +200,68 @@ void write_tile(const float (&tile)[kRows][kCols], const float* bias, int64_t o0
   }
 }
 
-// y = conv(x, w) + b over every sample, with the tile of kRows x kCols that tile_fn computes.
-template <int kRows, int kCols, typename Tile>
-void run(const float* x, const float* w, const float* bias, int64_t batch, Plan p, float* y, Tile&& tile_fn) {
+[[AMPGRAD_AVX512_BF16_TARGET, gnu::noinline]] void tile_avx512_bf16(const uint32_t* in, const uint32_t* wp,
+                                                                    const Plan& p, float (&tile)[8][32]) {
+  constexpr int kRows = 8;
+  __m512 acc[kRows][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const int64_t plane = p.padded_h * p.padded_w;
+  for (int64_t c = 0; c < p.words; ++c) {
+    for (int64_t i = 0; i < p.kh; ++i) {
+      const uint32_t* row = in + c * plane + i * p.padded_w;
+      for (int64_t j = 0; j < p.kw; ++j, wp += kRows) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(row + j), b1 = (__m512bh)_mm512_loadu_si512(row + j + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) {
+          const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(wp[r]));
+          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kRows; ++r) {
+    _mm512_storeu_ps(tile[r], acc[r][0]);
+    _mm512_storeu_ps(tile[r] + 16, acc[r][1]);
+  }
+}
+
+// y = conv(src, w) + b over every sample, with the tile of kRows x kCols that tile_fn computes.
+template <int kRows, int kCols, typename T, typename Tile>
+void run(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y, Tile&& tile_fn) {
+  using W = Word<T>;
+  p.words = (p.channels + channels_per_word<T>() - 1) / channels_per_word<T>();
   p.padded_h = p.height + 2 * p.pad_h;
   p.padded_w = p.width + 2 * p.pad_w;
-  const std::vector<float> wp = pack_weights<kRows>(w, p);
-  const int64_t blocks = (p.out_c + kRows - 1) / kRows, block_floats = p.channels * p.kh * p.kw * kRows;
-  const int64_t per_sample = p.channels * p.padded_h * p.padded_w;
+  const std::vector<W> wp = pack_weights<kRows>(w, p);
+  const int64_t blocks = (p.out_c + kRows - 1) / kRows, block_words = p.words * p.kh * p.kw * kRows;
+  const int64_t per_sample = p.words * p.padded_h * p.padded_w;
   const int64_t grid = p.out_h * p.padded_w, tiles = (grid + kCols - 1) / kCols;
   // The last sample's last tile reads up to kCols + kw past its last plane (positions past the grid).
   const int64_t slack = 2 * kCols + p.kw;
   const int64_t chunk = std::clamp<int64_t>(kPaddedBudget / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(batch, 1));
-  // From the caching allocator: a step's convolutions reuse one another's blocks.
+  // From the caching allocator (32-bit words as float32): a step's convolutions reuse its blocks.
   Tensor padded_block = Tensor::empty({std::min(chunk, batch) * per_sample + slack}, DType::kFloat32, Device::kCPU);
-  float* const padded = padded_block.data<float>();
+  W* const padded = static_cast<W*>(padded_block.data_ptr());
   // An item is a few tiles of one sample (about 256 positions): every block of output channels
   // runs over them, its packed weights staying in L1.
   const int64_t tiles_per_item = std::max<int64_t>(1, 256 / kCols), items_per_sample = (tiles + tiles_per_item - 1) / tiles_per_item;
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const int64_t n = std::min(chunk, batch - n0);
-    pad_samples(x, n0, n, p, padded);
-    std::fill(padded + n * per_sample, padded + n * per_sample + slack, 0.0f);
+    pad_samples<!std::is_same_v<T, float>>(src, n0, n, p, padded);
+    std::fill(padded + n * per_sample, padded + n * per_sample + slack, W{});
     parallel_range(n * items_per_sample, 1, [&](int64_t lo, int64_t hi) {
       float tile[kRows][kCols];
       for (int64_t item = lo; item < hi; ++item) {
         const int64_t s = item / items_per_sample, t0 = (item % items_per_sample) * tiles_per_item;
         const int64_t t1 = std::min(tiles, t0 + tiles_per_item);
-        const float* in = padded + s * per_sample;
-        float* y_sample = y + (n0 + s) * p.out_c * p.out_h * p.out_w;
+        const W* in = padded + s * per_sample;
+        T* y_sample = y + (n0 + s) * p.out_c * p.out_h * p.out_w;
         for (int64_t ob = 0; ob < blocks; ++ob) {
           for (int64_t t = t0; t < t1; ++t) {
-            tile_fn(in + t * kCols, wp.data() + ob * block_floats, p, tile);
+            tile_fn(in + t * kCols, wp.data() + ob * block_words, p, tile);
             write_tile(tile, bias, ob * kRows, t * kCols, p, y_sample);
           }
         }
@@ -195,15 +270,22 @@ void run(const float* x, const float* w, const float* bias, int64_t batch, Plan 
   }
 }
 
-// Stride-1 convolution of x [batch, C, H, W] by w [O, C, kh, kw] with padding (pad_h, pad_w).
-void convolve(const float* x, const float* w, const float* bias, int64_t batch, const Plan& p, float* y) {
-  if (effective_cpu_isa() >= CpuIsa::kAvx512) {
-    run<8, 32>(x, w, bias, batch, p, y, [](const float* in, const float* wp, const Plan& q, float(&t)[8][32]) {
-      tile_avx512(in, wp, q, t);
-    });
+// Stride-1 convolution of src [batch, C, H, W] by w [O, C, kh, kw] with the plan's padding.
+template <typename T>
+void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan& p, T* y) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (effective_cpu_isa() >= CpuIsa::kAvx512) {
+      run<8, 32>(src, w, bias, batch, p, y, [](const float* in, const float* wp, const Plan& q, float(&t)[8][32]) {
+        tile_avx512(in, wp, q, t);
+      });
+    } else {
+      run<6, 16>(src, w, bias, batch, p, y, [](const float* in, const float* wp, const Plan& q, float(&t)[6][16]) {
+        tile_avx2(in, wp, q, t);
+      });
+    }
   } else {
-    run<6, 16>(x, w, bias, batch, p, y, [](const float* in, const float* wp, const Plan& q, float(&t)[6][16]) {
-      tile_avx2(in, wp, q, t);
+    run<8, 32>(src, w, bias, batch, p, y, [](const uint32_t* in, const uint32_t* wp, const Plan& q, float(&t)[8][32]) {
+      tile_avx512_bf16(in, wp, q, t);
     });
   }
 }
@@ -212,11 +294,17 @@ void convolve(const float* x, const float* w, const float* bias, int64_t batch, 
 // dw[o, (c, i, j)] = sum over samples and grid positions q of dyg[o, q] xp[c, q + i Wp + j], where
 // dyg is dy on the padded-width grid with zeros at the dropped columns (ow >= Wo) and past the
 // grid: a GEMM whose long reduction runs over q. A tile of kO output channels x kK taps keeps one
-// vector of partial sums per pair over a block of about 512 positions of a group of samples (dy
-// rows and x windows of the block stay in L2 while every tile passes over them), then adds its sums
-// to a double total.
+// vector of float partial sums per pair, in registers over a block of about 512 positions of a
+// group of samples (dy rows and x windows of the block stay in L2 while every tile passes over
+// them) and in memory between blocks; its lanes are added in double at the end. Bfloat16 takes positions (q, q + 1) as the pairs of VDPBF16PS: both operands
+// are runs of memory, so pairs need no rearranging.
+// p rounded up to a 64-byte boundary (a buffer allocated 16 floats longer holds what follows).
+inline float* align_64(float* p) {
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+}
+
 struct Block {
-  int64_t len;        // positions per sample, a multiple of 16
+  int64_t len;        // positions per sample, a multiple of 32
   int64_t count;      // samples
   int64_t dy_stride;  // from one sample's dy rows to the next's
   int64_t x_stride;   // from one sample's padded copy to the next's
@@ -224,12 +312,12 @@ struct Block {
 
 template <int kO, int kK>
 [[gnu::noinline]] void weight_tile_avx2(const float* const (&dy)[kO], const float* const (&xs)[kK], const Block& b,
-                                        float (&sums)[kO][kK]) {
+                                        float* sums) {
   __m256 acc[kO][kK];
 #pragma GCC unroll 8
   for (int r = 0; r < kO; ++r) {
 #pragma GCC unroll 8
-    for (int k = 0; k < kK; ++k) acc[r][k] = _mm256_setzero_ps();
+    for (int k = 0; k < kK; ++k) acc[r][k] = _mm256_load_ps(sums + (r * kK + k) * 8);
   }
   for (int64_t s = 0; s < b.count; ++s) {
     const int64_t dy_at = s * b.dy_stride, x_at = s * b.x_stride;
@@ -245,24 +333,22 @@ template <int kO, int kK>
       }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < kO; ++r) {
-    for (int k = 0; k < kK; ++k) {
-      const __m128 half = _mm_add_ps(_mm256_castps256_ps128(acc[r][k]), _mm256_extractf128_ps(acc[r][k], 1));
-      const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
-      sums[r][k] = _mm_cvtss_f32(_mm_add_ss(quarter, _mm_shuffle_ps(quarter, quarter, 1)));
-    }
+#pragma GCC unroll 8
+    for (int k = 0; k < kK; ++k) _mm256_store_ps(sums + (r * kK + k) * 8, acc[r][k]);
   }
 }
 
 template <int kO, int kK>
 [[AMPGRAD_AVX512_TARGET, gnu::noinline]] void weight_tile_avx512(const float* const (&dy)[kO],
                                                                  const float* const (&xs)[kK], const Block& b,
-                                                                 float (&sums)[kO][kK]) {
+                                                                 float* sums) {
   __m512 acc[kO][kK];
 #pragma GCC unroll 8
   for (int r = 0; r < kO; ++r) {
 #pragma GCC unroll 8
-    for (int k = 0; k < kK; ++k) acc[r][k] = _mm512_setzero_ps();
+    for (int k = 0; k < kK; ++k) acc[r][k] = _mm512_load_ps(sums + (r * kK + k) * 16);
   }
   for (int64_t s = 0; s < b.count; ++s) {
     const int64_t dy_at = s * b.dy_stride, x_at = s * b.x_stride;
@@ -278,95 +364,173 @@ template <int kO, int kK>
       }
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < kO; ++r) {
-    for (int k = 0; k < kK; ++k) sums[r][k] = _mm512_reduce_add_ps(acc[r][k]);
+#pragma GCC unroll 8
+    for (int k = 0; k < kK; ++k) _mm512_store_ps(sums + (r * kK + k) * 16, acc[r][k]);
   }
 }
 
-template <int kO, int kK, typename Tile>
-void run_weight_grad(const float* x, const float* dy, int64_t batch, Plan p, double* total, Tile&& tile_fn) {
+template <int kO, int kK>
+[[AMPGRAD_AVX512_BF16_TARGET, gnu::noinline]] void weight_tile_avx512_bf16(const BFloat16* const (&dy)[kO],
+                                                                           const BFloat16* const (&xs)[kK],
+                                                                           const Block& b, float* sums) {
+  __m512 acc[kO][kK];
+#pragma GCC unroll 8
+  for (int r = 0; r < kO; ++r) {
+#pragma GCC unroll 8
+    for (int k = 0; k < kK; ++k) acc[r][k] = _mm512_load_ps(sums + (r * kK + k) * 16);
+  }
+  for (int64_t s = 0; s < b.count; ++s) {
+    const int64_t dy_at = s * b.dy_stride, x_at = s * b.x_stride;
+    for (int64_t q = 0; q < b.len; q += 32) {
+      __m512bh d[kO];
+#pragma GCC unroll 8
+      for (int r = 0; r < kO; ++r) d[r] = (__m512bh)_mm512_loadu_si512(dy[r] + dy_at + q);
+#pragma GCC unroll 8
+      for (int k = 0; k < kK; ++k) {
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512(xs[k] + x_at + q);
+#pragma GCC unroll 8
+        for (int r = 0; r < kO; ++r) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], d[r], xv);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kO; ++r) {
+#pragma GCC unroll 8
+    for (int k = 0; k < kK; ++k) _mm512_store_ps(sums + (r * kK + k) * 16, acc[r][k]);
+  }
+}
+
+template <int kO, int kK, int kLanes, typename T, typename Tile>
+void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* total, Tile&& tile_fn) {
   p.padded_h = p.height + 2 * p.pad_h;
   p.padded_w = p.width + 2 * p.pad_w;
   const int64_t plane = p.padded_h * p.padded_w, per_sample = p.channels * plane;
-  // The grid in blocks of about 512 positions (a multiple of 16), as even as they come.
+  // The grid in blocks of about 512 positions (a multiple of 32), as even as they come.
   const int64_t grid = p.out_h * p.padded_w, blocks = (grid + 511) / 512;
-  const int64_t len = ((grid + blocks - 1) / blocks + 15) / 16 * 16, grid_len = blocks * len;
+  const int64_t len = ((grid + blocks - 1) / blocks + 31) / 32 * 32, grid_len = blocks * len;
   // Small planes: a block runs over a group of samples, so the sums are reduced every ~1024 positions.
   const int64_t group = std::max<int64_t>(1, 1024 / grid_len);
   const int64_t taps = p.channels * p.kh * p.kw;
   // Past the last sample's last plane, its last block's windows reach grid_len - grid + kw - 1.
-  const int64_t slack = grid_len - grid + p.kw + 16;
+  const int64_t slack = grid_len - grid + p.kw + 32;
   const int64_t chunk = std::clamp<int64_t>(kPaddedBudget / std::max<int64_t>(per_sample + p.out_c * grid_len, 1), 1,
                                             std::max<int64_t>(batch, 1));
   const int64_t held = std::min(chunk, batch);
-  Tensor padded_block = Tensor::empty({held * per_sample + slack}, DType::kFloat32, Device::kCPU);
-  Tensor grid_block = Tensor::empty({held * p.out_c * grid_len + group * p.out_c * grid_len}, DType::kFloat32,
-                                    Device::kCPU);
-  float* const padded = padded_block.data<float>();
-  float* const dyg = grid_block.data<float>();
-  // Zeros for the tiles' missing rows (channels past O, taps past K), as long as a group's reads.
-  float* const zeros = dyg + held * p.out_c * grid_len;
-  std::fill(zeros, zeros + group * p.out_c * grid_len, 0.0f);
+  Tensor padded_block = Tensor::empty({held * per_sample + slack}, kDTypeOf<T>, Device::kCPU);
+  Tensor grid_block = Tensor::empty({(held + group) * p.out_c * grid_len}, kDTypeOf<T>, Device::kCPU);
+  T* const padded = padded_block.data<T>();
+  T* const dyg = grid_block.data<T>();
+  // Zeros for the tiles' missing rows (channels past O), as long as a group's reads.
+  T* const zero_rows = dyg + held * p.out_c * grid_len;
+  std::fill(zero_rows, zero_rows + group * p.out_c * grid_len, T{});
   // Each tap's offset in a sample's padded copy: c plane + i Wp + j.
   std::vector<int64_t> offset(static_cast<size_t>(taps));
   for (int64_t t = 0; t < taps; ++t) {
     offset[static_cast<size_t>(t)] = (t / (p.kh * p.kw)) * plane + ((t / p.kw) % p.kh) * p.padded_w + t % p.kw;
   }
   const int64_t o_tiles = (p.out_c + kO - 1) / kO, k_tiles = (taps + kK - 1) / kK;
+  // Each tile's kO x kK vectors of partial sums, kept from block to block (a tile's lanes are
+  // summed once, at the end, rather than after every block).
+  constexpr int64_t kTileFloats = kO * kK * kLanes;
+  Tensor partial_block = zeros({o_tiles * k_tiles * kTileFloats + 16}, DType::kFloat32, Device::kCPU);
+  float* const partial = align_64(partial_block.data<float>());
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const int64_t n = std::min(chunk, batch - n0);
-    pad_samples(x, n0, n, p, padded);
-    std::fill(padded + n * per_sample, padded + n * per_sample + slack, 0.0f);
+    pad_samples<false>(x, n0, n, p, padded);
+    std::fill(padded + n * per_sample, padded + n * per_sample + slack, T{});
     // dy on the grid: each output row, then zeros for the dropped columns; zeros past the grid.
     parallel_range(n * p.out_c, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t item = lo; item < hi; ++item) {
-        const float* src = dy + (n0 * p.out_c + item) * p.out_h * p.out_w;
-        float* dst = dyg + item * grid_len;
+        const T* src = dy + (n0 * p.out_c + item) * p.out_h * p.out_w;
+        T* dst = dyg + item * grid_len;
         for (int64_t oh = 0; oh < p.out_h; ++oh) {
-          std::memcpy(dst + oh * p.padded_w, src + oh * p.out_w, static_cast<size_t>(p.out_w) * sizeof(float));
-          std::fill(dst + oh * p.padded_w + p.out_w, dst + (oh + 1) * p.padded_w, 0.0f);
+          std::memcpy(dst + oh * p.padded_w, src + oh * p.out_w, static_cast<size_t>(p.out_w) * sizeof(T));
+          std::fill(dst + oh * p.padded_w + p.out_w, dst + (oh + 1) * p.padded_w, T{});
         }
-        std::fill(dst + grid, dst + grid_len, 0.0f);
+        std::fill(dst + grid, dst + grid_len, T{});
       }
     });
     for (int64_t s0 = 0; s0 < n; s0 += group) {
       const Block block{.len = len, .count = std::min(group, n - s0), .dy_stride = p.out_c * grid_len, .x_stride = per_sample};
       for (int64_t b = 0; b < blocks; ++b) {
-        const float* x_block = padded + s0 * per_sample + b * len;
-        const float* dy_block = dyg + s0 * p.out_c * grid_len + b * len;
+        const T* x_block = padded + s0 * per_sample + b * len;
+        const T* dy_block = dyg + s0 * p.out_c * grid_len + b * len;
         parallel_range(o_tiles * k_tiles, 1, [&](int64_t lo, int64_t hi) {
-          float sums[kO][kK];
           for (int64_t item = lo; item < hi; ++item) {
             const int64_t o0 = (item / k_tiles) * kO, t0 = (item % k_tiles) * kK;
-            const float* dy_rows[kO];
-            const float* windows[kK];
-            for (int r = 0; r < kO; ++r) dy_rows[r] = o0 + r < p.out_c ? dy_block + (o0 + r) * grid_len : zeros;
+            const T* dy_rows[kO];
+            const T* windows[kK];
+            for (int r = 0; r < kO; ++r) dy_rows[r] = o0 + r < p.out_c ? dy_block + (o0 + r) * grid_len : zero_rows;
             for (int k = 0; k < kK; ++k) {
-              windows[k] = t0 + k < taps ? x_block + offset[static_cast<size_t>(t0 + k)] : x_block;  // times zero rows
+              windows[k] = t0 + k < taps ? x_block + offset[static_cast<size_t>(t0 + k)] : x_block;  // sums dropped
             }
-            tile_fn(dy_rows, windows, block, sums);
-            for (int r = 0; r < kO && o0 + r < p.out_c; ++r) {
-              for (int k = 0; k < kK && t0 + k < taps; ++k) total[(o0 + r) * taps + t0 + k] += static_cast<double>(sums[r][k]);
-            }
+            tile_fn(dy_rows, windows, block, partial + item * kTileFloats);
           }
         });
       }
     }
   }
+  for (int64_t item = 0; item < o_tiles * k_tiles; ++item) {
+    const int64_t o0 = (item / k_tiles) * kO, t0 = (item % k_tiles) * kK;
+    for (int r = 0; r < kO && o0 + r < p.out_c; ++r) {
+      for (int k = 0; k < kK && t0 + k < taps; ++k) {
+        const float* lanes = partial + item * kTileFloats + (r * kK + k) * kLanes;
+        double sum = 0;
+        for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+        total[(o0 + r) * taps + t0 + k] = sum;
+      }
+    }
+  }
+}
+
+template <typename T>
+void weight_grad(const T* x, const T* dy, int64_t batch, const Plan& p, double* total) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (effective_cpu_isa() >= CpuIsa::kAvx512) {
+      run_weight_grad<4, 6, 16>(x, dy, batch, p, total, [](const float* const(&d)[4], const float* const(&w)[6],
+                                                           const Block& b, float* sums) {
+        weight_tile_avx512<4, 6>(d, w, b, sums);
+      });
+    } else {
+      run_weight_grad<2, 5, 8>(x, dy, batch, p, total, [](const float* const(&d)[2], const float* const(&w)[5],
+                                                          const Block& b, float* sums) {
+        weight_tile_avx2<2, 5>(d, w, b, sums);
+      });
+    }
+  } else {
+    run_weight_grad<4, 6, 16>(x, dy, batch, p, total, [](const BFloat16* const(&d)[4], const BFloat16* const(&w)[6],
+                                                         const Block& b, float* sums) {
+      weight_tile_avx512_bf16<4, 6>(d, w, b, sums);
+    });
+  }
+}
+
+// Calls fn(T{}) for the dtypes the direct kernels take.
+template <typename Fn>
+void visit_direct_dtype(DType dtype, Fn&& fn) {
+  if (dtype == DType::kBFloat16) return fn(BFloat16{});
+  AG_CHECK(dtype == DType::kFloat32, "conv2d: the direct kernel takes float32 or bfloat16, not ", dtype_name(dtype));
+  fn(float{});
 }
 
 }  // namespace
 
 bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry& g, int64_t groups) {
-  return x.dtype() == DType::kFloat32 && groups == 1 && g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 &&
-         g.dilation_w == 1 && w.size(2) * w.size(3) > 1 && g.pad_h < g.kh && g.pad_w < g.kw;
+  const bool dtype_ok = x.dtype() == DType::kFloat32 ||
+                        (x.dtype() == DType::kBFloat16 && effective_cpu_isa() >= CpuIsa::kAvx512Bf16);
+  return dtype_ok && groups == 1 && g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 &&
+         w.size(2) * w.size(3) > 1 && g.pad_h < g.kh && g.pad_w < g.kw;
 }
 
 void direct_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y) {
   const Plan p{.channels = x.size(1), .height = x.size(2), .width = x.size(3), .out_c = w.size(0), .kh = g.kh,
-               .kw = g.kw, .pad_h = g.pad_h, .pad_w = g.pad_w, .out_h = g.out_h, .out_w = g.out_w,
-               .padded_h = 0, .padded_w = 0};
-  convolve(x.data<float>(), w.data<float>(), b.defined() ? b.data<float>() : nullptr, x.size(0), p, y.data<float>());
+               .kw = g.kw, .pad_h = g.pad_h, .pad_w = g.pad_w, .out_h = g.out_h, .out_w = g.out_w};
+  visit_direct_dtype(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    convolve<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, x.size(0), p, y.data<T>());
+  });
 }
 
 void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeometry& g, Tensor& dx) {
@@ -374,40 +538,36 @@ void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeome
   // stride-1 convolution of dy, padded by kh - 1 - pad_h (and kw - 1 - pad_w), with the filters
   // transposed to [C, O] and turned half a turn.
   const int64_t out_c = w.size(0), in_c = w.size(1), kh = g.kh, kw = g.kw;
-  std::vector<float> turned(static_cast<size_t>(w.numel()));
-  const float* src = w.data<float>();
-  for (int64_t o = 0; o < out_c; ++o) {
-    for (int64_t c = 0; c < in_c; ++c) {
-      for (int64_t i = 0; i < kh; ++i) {
-        for (int64_t j = 0; j < kw; ++j) {
-          turned[static_cast<size_t>(((c * out_c + o) * kh + (kh - 1 - i)) * kw + (kw - 1 - j))] =
-              src[((o * in_c + c) * kh + i) * kw + j];
+  const Plan p{.channels = out_c, .height = g.out_h, .width = g.out_w, .out_c = in_c, .kh = kh, .kw = kw,
+               .pad_h = kh - 1 - g.pad_h, .pad_w = kw - 1 - g.pad_w, .out_h = dx.size(2), .out_w = dx.size(3)};
+  visit_direct_dtype(dy.dtype(), [&](auto t) {
+    using T = decltype(t);
+    std::vector<T> turned(static_cast<size_t>(w.numel()));
+    const T* src = w.data<T>();
+    for (int64_t o = 0; o < out_c; ++o) {
+      for (int64_t c = 0; c < in_c; ++c) {
+        for (int64_t i = 0; i < kh; ++i) {
+          for (int64_t j = 0; j < kw; ++j) {
+            turned[static_cast<size_t>(((c * out_c + o) * kh + (kh - 1 - i)) * kw + (kw - 1 - j))] =
+                src[((o * in_c + c) * kh + i) * kw + j];
+          }
         }
       }
     }
-  }
-  const Plan p{.channels = out_c, .height = g.out_h, .width = g.out_w, .out_c = in_c, .kh = kh, .kw = kw,
-               .pad_h = kh - 1 - g.pad_h, .pad_w = kw - 1 - g.pad_w, .out_h = dx.size(2), .out_w = dx.size(3),
-               .padded_h = 0, .padded_w = 0};
-  convolve(dy.data<float>(), turned.data(), nullptr, dy.size(0), p, dx.data<float>());
+    convolve<T>(dy.data<T>(), turned.data(), nullptr, dy.size(0), p, dx.data<T>());
+  });
 }
 
 void direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw) {
   const Plan p{.channels = x.size(1), .height = x.size(2), .width = x.size(3), .out_c = dw.size(0), .kh = g.kh,
-               .kw = g.kw, .pad_h = g.pad_h, .pad_w = g.pad_w, .out_h = g.out_h, .out_w = g.out_w,
-               .padded_h = 0, .padded_w = 0};
+               .kw = g.kw, .pad_h = g.pad_h, .pad_w = g.pad_w, .out_h = g.out_h, .out_w = g.out_w};
   std::vector<double> total(static_cast<size_t>(dw.numel()), 0.0);
-  if (effective_cpu_isa() >= CpuIsa::kAvx512) {
-    run_weight_grad<4, 6>(x.data<float>(), dy.data<float>(), x.size(0), p, total.data(),
-                          [](const float* const(&d)[4], const float* const(&w)[6], const Block& b,
-                             float(&out)[4][6]) { weight_tile_avx512<4, 6>(d, w, b, out); });
-  } else {
-    run_weight_grad<2, 5>(x.data<float>(), dy.data<float>(), x.size(0), p, total.data(),
-                          [](const float* const(&d)[2], const float* const(&w)[5], const Block& b,
-                             float(&out)[2][5]) { weight_tile_avx2<2, 5>(d, w, b, out); });
-  }
-  float* out = dw.data<float>();
-  for (size_t k = 0; k < total.size(); ++k) out[k] = static_cast<float>(total[k]);
+  visit_direct_dtype(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    weight_grad<T>(x.data<T>(), dy.data<T>(), x.size(0), p, total.data());
+    T* out = dw.data<T>();
+    for (size_t k = 0; k < total.size(); ++k) out[k] = convert<T>(total[k]);
+  });
 }
 
 #else  // no AVX2/FMA build: the im2col route serves every convolution
