@@ -16,17 +16,6 @@ namespace {
 const std::string kWorldSizeKey = "ampgrad.distributed.world_size";
 const std::string kRandomKeyPrefix = "ampgrad.distributed.random.";
 
-// Every rank's error text (empty where it worked); throws the same Error on every rank if any failed.
-void agree_on_outcome(ProcessGroup& group, const std::string& my_error, const std::string& what,
-                      const std::string& hint) {
-  const std::vector<std::string> errors = group.all_gather_bytes(my_error);
-  std::string report;
-  for (size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r].empty()) report += ::ampgrad::detail::str_cat(report.empty() ? "" : "; ", "rank ", r, ": ", errors[r]);
-  }
-  AG_CHECK(report.empty(), what, " failed: ", report, "; hint: ", hint);
-}
-
 }  // namespace
 
 void save_checkpoint(const std::string& path, const checkpoint::TrainingState& state, ProcessGroup& group) {

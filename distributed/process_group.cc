@@ -1,4 +1,4 @@
-// Names and the timeout defaults.
+// Names, the timeout defaults and the agreement on an outcome.
 #include "distributed/process_group.h"
 
 #include <cstdlib>
@@ -45,6 +45,16 @@ double collective_timeout(const ProcessGroupOptions& options) {
 
 double startup_timeout(const ProcessGroupOptions& options) {
   return options.startup_timeout_seconds > 0 ? options.startup_timeout_seconds : default_startup_timeout_seconds();
+}
+
+void agree_on_outcome(ProcessGroup& group, const std::string& my_error, const std::string& what,
+                      const std::string& hint) {
+  const std::vector<std::string> errors = group.all_gather_bytes(my_error);
+  std::string report;
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r].empty()) report += ::ampgrad::detail::str_cat(report.empty() ? "" : "; ", "rank ", r, ": ", errors[r]);
+  }
+  AG_CHECK(report.empty(), what, " failed: ", report, "; hint: ", hint);
 }
 
 }  // namespace ampgrad::distributed

@@ -139,6 +139,13 @@ class ProcessGroup {
   double timeout_seconds_;
 };
 
+/// Gathers every rank's error text (empty where its part worked) and throws the same ampgrad::Error
+/// on every rank, naming each rank that failed and why, if any did: "WHAT failed: rank R: ...;
+/// hint: HINT". A collective, for work that ranks do apart between collectives (a file only rank 0
+/// writes, a state only one rank keeps), so that a failure there ends every rank's call alike.
+void agree_on_outcome(ProcessGroup& group, const std::string& my_error, const std::string& what,
+                      const std::string& hint);
+
 /// A new group over every process of the job (MPI_COMM_WORLD): kMPI for CPU tensors, kNCCL for
 /// CUDA tensors (each rank uses GPU local_rank % GPUs on its machine; NCCL is bootstrapped
 /// through MPI). Needs the processes to be started by mpirun (a program run alone is rank 0 of 1).

@@ -418,15 +418,21 @@ std::vector<optim::ParamState> ZeroRedundancyOptimizer::consolidate(std::optiona
   const int n = group_.size();
   if (to.has_value()) {
     // Agreed first, so that a bad `to` throws on every rank rather than leaving the others waiting.
-    AG_CHECK(group_.all_reduce_int(*to, ReduceOp::kMax) == -group_.all_reduce_int(-*to, ReduceOp::kMax),
-             "ZeroRedundancyOptimizer::consolidated_state(to = ", *to, ") on rank ", group_.rank(),
-             ": the ranks passed different values of to; hint: every rank passes the rank that keeps the state");
+    const std::vector<std::string> named = group_.all_gather_bytes(std::to_string(*to));
+    std::string all;
+    for (size_t r = 0; r < named.size(); ++r) all += ::ampgrad::detail::str_cat(r == 0 ? "" : ", ", named[r]);
+    AG_CHECK(std::all_of(named.begin(), named.end(), [&](const std::string& v) { return v == named[0]; }),
+             "ZeroRedundancyOptimizer::consolidated_state(to): the ranks passed different values of to (", all,
+             ", by rank); hint: every rank passes the rank that keeps the state");
     AG_CHECK(*to >= 0 && *to < n, "ZeroRedundancyOptimizer::consolidated_state(to = ", *to, "): to must be a rank ",
              "of the group, in [0, ", n, ")");
   }
   const bool keep = !to.has_value() || *to == group_.rank();
   const std::vector<optim::ParamState> shards = optimizer_->state();
   std::vector<optim::ParamState> out(keep ? params_.size() : 0);
+  // A keeping rank that fails to copy the state out (memory) goes on taking part in every gather,
+  // and the ranks agree on the outcome at the end, so that no rank is left waiting in a gather.
+  std::string error;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     for (const auto& [key, shard] : shards[b].tensors) {
@@ -434,16 +440,25 @@ std::vector<optim::ParamState> ZeroRedundancyOptimizer::consolidate(std::optiona
       // to every rank); only the keeping ones copy out of it, and `full` is freed per tensor.
       Tensor full = Tensor::empty({bucket.shard * n}, DType::kFloat32, bucket.device);
       group_.all_gather(full, shard);
-      if (!keep) continue;
-      for (size_t i : bucket.params) {
-        Tensor t = Tensor::empty(params_[i].shape(), DType::kFloat32, bucket.device);
-        copy_elements(t, 0, full, offset_of_[i], params_[i].numel());
-        out[i].tensors[key] = t;
+      if (!keep || !error.empty()) continue;
+      try {
+        for (size_t i : bucket.params) {
+          Tensor t = Tensor::empty(params_[i].shape(), DType::kFloat32, bucket.device);
+          copy_elements(t, 0, full, offset_of_[i], params_[i].numel());
+          out[i].tensors[key] = t;
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+        out.clear();
       }
     }
-    if (!keep) continue;
-    for (size_t i : bucket.params) out[i].counters = shards[b].counters;
+    if (keep && error.empty()) {
+      for (size_t i : bucket.params) out[i].counters = shards[b].counters;
+    }
   }
+  agree_on_outcome(group_, error, "ZeroRedundancyOptimizer::consolidated_state",
+                   "the keeping rank holds the whole optimizer state (12 bytes per parameter with Adam and "
+                   "masters): free memory there, or consolidate into a rank that has it");
   return out;
 }
 
@@ -490,9 +505,19 @@ std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::consolidated_optimize
 
 std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::consolidated_optimizer(int to) {
   const std::vector<optim::ParamState> state = consolidated_state(to);
-  if (to != group_.rank()) return nullptr;
-  std::unique_ptr<optim::Optimizer> whole = make_unsharded_optimizer();
-  whole->load_state(state);
+  std::unique_ptr<optim::Optimizer> whole;
+  std::string error;
+  if (to == group_.rank()) {
+    try {
+      whole = make_unsharded_optimizer();
+      whole->load_state(state);
+    } catch (const std::exception& e) {
+      error = e.what();
+      whole.reset();
+    }
+  }
+  agree_on_outcome(group_, error, "ZeroRedundancyOptimizer::consolidated_optimizer",
+                   "the keeping rank builds one optimizer over copies of every parameter");
   return whole;
 }
 
@@ -505,6 +530,9 @@ std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::make_unsharded_optimi
     groups[group_of_[i]].push_back(copy);
   }
   std::unique_ptr<optim::Optimizer> whole = make_(groups);
+  // The shards' seed, given before the mode: a stochastic-rounding mode would otherwise draw one
+  // from the global generator, on the building rank alone.
+  whole->set_rounding_seed(optimizer_->rounding_seed());
   whole->set_master_weights(optimizer_->master_weights());
   std::vector<optim::GroupState> options = optimizer_->param_group_state();
   for (size_t g = 0; g < options.size(); ++g) options[g].num_params = groups[g].size();

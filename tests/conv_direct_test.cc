@@ -39,6 +39,8 @@ const Case kCases[] = {
     {2, 16, 12, 65, 20, 3, 3, 1, 1, true}, // several tiles and blocks
     {1, 3, 5, 9, 10, 3, 3, 1, 1, true},    // a tile spans several output rows
     {1, 2, 41, 47, 3, 3, 3, 1, 1, false},  // the weight gradient's grid in 4 blocks of 512, the last part empty
+    {2, 2, 1, 1, 3, 3, 3, 1, 1, true},     // an input smaller than the kernel
+    {1, 3, 2, 2, 5, 3, 3, 2, 2, true},     // padding 2 all round a 2 x 2 input
 };
 
 ag::Shape x_shape(const Case& c) { return {c.n, c.c, c.h, c.w}; }
@@ -235,6 +237,39 @@ TEST(DirectConv2d, Bfloat16MatchesTheFloat64Reference) {
     ag::ops::sum(yr * dy).backward();
     EXPECT_EQ(xr.grad().to_vector(), dx.to_vector());
     EXPECT_EQ(wr.grad().to_vector(), dw.to_vector());
+  }
+}
+
+// Budgets small enough for a chunk of one sample and a band of one channel tile: the chunk and
+// band loops run many times and change no bit (each vector lane adds in the same order).
+TEST(DirectConv2d, ChunksAndBandsChangeNoBit) {
+  std::vector<DType> dtypes{DType::kFloat32};
+  const Tensor probe = Tensor::empty({1, 1, 4, 4}, DType::kBFloat16);
+  if (k::direct_conv2d_applies(probe, Tensor::empty({1, 1, 3, 3}, DType::kBFloat16),
+                               {.kh = 3, .kw = 3, .pad_h = 1, .pad_w = 1, .out_h = 4, .out_w = 4}, 1)) {
+    dtypes.push_back(DType::kBFloat16);
+  }
+  const Case c{5, 7, 9, 11, 19, 3, 3, 1, 1, true};
+  const k::ConvGeometry g = geometry(c);
+  for (const DType dtype : dtypes) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    const Tensor x = random_tensor(x_shape(c), 41).to(dtype), w = random_tensor(w_shape(c), 42).to(dtype);
+    const Tensor b = random_tensor({c.o}, 43).to(dtype), dy = random_tensor({c.n, c.o, g.out_h, g.out_w}, 44).to(dtype);
+    const auto run_all = [&] {
+      Tensor y = Tensor::empty({c.n, c.o, g.out_h, g.out_w}, dtype), dx = Tensor::empty(x_shape(c), dtype);
+      Tensor dw = Tensor::empty(w_shape(c), dtype);
+      k::cpu::direct_conv2d(x, w, b, g, y);
+      k::cpu::direct_conv2d_input_grad(dy, w, g, dx);
+      k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
+      return std::vector<std::vector<float>>{y.to_vector(), dx.to_vector(), dw.to_vector()};
+    };
+    const auto whole = run_all();
+    k::cpu::set_direct_conv_budgets_for_testing(1, 1);
+    const auto pieces = run_all();
+    k::cpu::set_direct_conv_budgets_for_testing(0, 0);
+    EXPECT_EQ(pieces[0], whole[0]) << "y";
+    EXPECT_EQ(pieces[1], whole[1]) << "dx";
+    EXPECT_EQ(pieces[2], whole[2]) << "dw";
   }
 }
 

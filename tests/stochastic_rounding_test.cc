@@ -301,7 +301,9 @@ TEST(StochasticRoundingKernels, RoundTheFloatUpdateWithTheDocumentedBits) {
         k::sgd_update(ag::Device::kCPU, k::SgdLists{{{w}, {grad}, {buffer16}, {Tensor()}}}, {s});
         k::sgd_update(ag::Device::kCPU, k::SgdLists{{{wf}, {grad}, {buffer}, {Tensor()}}}, {s});
         expect_rounded(w, wf.to_vector(), what + (momentum ? ", SGD with momentum" : ", SGD"));
-        if (momentum) EXPECT_EQ(buffer16.to_vector(), buffer.to_vector()) << what;
+        if (momentum) {
+          EXPECT_EQ(buffer16.to_vector(), buffer.to_vector()) << what;
+        }
       }
     }
   }

@@ -620,6 +620,19 @@ TEST(ZeroCheckpoint, ConsolidatingIntoOneRankCostsTheOthersAFewBucketsAtATime) {
   // Every rank must name the same rank, in the group; else every rank throws.
   EXPECT_ERROR([&] { zero.consolidated_state(world().rank()); }, "the ranks passed different values of to");
   EXPECT_ERROR([&] { zero.consolidated_state(n); }, "to must be a rank of the group, in [0, " + std::to_string(n) + ")");
+  // A failure on the keeping rank alone (here its optimizer over the whole model cannot be built)
+  // ends every rank's call with the same error, never a rank left waiting in a collective.
+  int calls = 0;
+  const dist::ShardOptimizerFactory adam = dist::shard_optimizer<ag::optim::Adam>({.lr = 1e-3});
+  dist::ZeroRedundancyOptimizer failing(
+      model.parameters(),
+      [&](const std::vector<std::vector<Tensor>>& groups) {
+        AG_CHECK(++calls == 1 || world().rank() != to, "no memory for the whole model (a test)");
+        return adam(groups);
+      },
+      world());
+  EXPECT_ERROR([&] { failing.consolidated_optimizer(to); }, "consolidated_optimizer failed",
+               "rank " + std::to_string(to) + ": ", "no memory for the whole model");
   // The optimizer a single-process checkpoint loads into: the groups and options, no state.
   const std::unique_ptr<ag::optim::Optimizer> empty = zero.make_unsharded_optimizer();
   EXPECT_EQ(empty->param_group_state()[0].options.at("lr"), 1e-3);

@@ -4,8 +4,8 @@
 //   out_g = w_g cols_g  (+ b);  dw_g = dy_g cols_g^T;  dcols_g = w_g^T dy_g, dx = col2im(dcols)
 // The columns of a chunk of samples are built, used and dropped, in the forward and again in the
 // backward: nothing of im2col's size K n L lives from forward to backward. A depthwise convolution
-// (groups = C = O) runs a direct kernel instead, and so does a float32 stride-1 one on the CPU
-// (forward and both gradients; conv_direct_cpu.cc; the forward with the GEMM route's bits).
+// (groups = C = O) runs a direct kernel instead, and so does a stride-1 one on the CPU in float32
+// (with the GEMM route's bits) or bfloat16 (forward and both gradients; conv_direct_cpu.cc).
 #include <algorithm>
 
 #include "framework/copy.h"

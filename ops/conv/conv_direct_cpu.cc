@@ -12,9 +12,12 @@
 //     32-bit words, so VDPBF16PS takes two channels a step (the GEMM's pair kernel's arithmetic).
 // The AVX-512 tiles are compiled for their own targets and run where effective_cpu_isa() allows.
 // Float32: each output is 0, then one FMA per (c, i, j) in order, then + b: the bits of the im2col
-// GEMM route (the GEMM makes the same chain), so the two routes agree exactly.
+// GEMM route (the GEMM makes the same chain), so the two routes agree exactly. Bfloat16 pairs other
+// terms than the GEMM's pair kernel (channels at one tap, not neighbouring taps) and rounds once
+// where that route rounds the sum and then the sum plus b.
 // The weight gradient is a GEMM whose long reduction runs over the grid: vectors along q.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -38,9 +41,19 @@ namespace {
 #define AMPGRAD_AVX512_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 #define AMPGRAD_AVX512_BF16_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")
 
-// How many padded input values one chunk of samples copies at most (8 Mi): the copy is a
-// transient beside x, bounded whatever the batch.
-constexpr int64_t kPaddedBudget = int64_t{1} << 23;
+// How many padded input values one chunk of samples copies at most (8 Mi), and how many floats of
+// vector partial sums the weight gradient keeps at once (2 Mi): transients beside x and w, bounded
+// whatever the batch and the layer. Tests lower them (set_direct_conv_budgets_for_testing).
+constexpr int64_t kPaddedBudget = int64_t{1} << 23, kPartialBudget = int64_t{1} << 21;
+std::atomic<int64_t> padded_budget_for_testing{0}, partial_budget_for_testing{0};
+int64_t padded_budget() {
+  const int64_t set = padded_budget_for_testing.load();
+  return set > 0 ? set : kPaddedBudget;
+}
+int64_t partial_budget() {
+  const int64_t set = partial_budget_for_testing.load();
+  return set > 0 ? set : kPartialBudget;
+}
 
 // The geometry of one call: the source [n, C, H, W] (x, or dy for the input gradient) read through
 // its padded copy [n, words, Hp, Wp], where a word holds one channel (float32) or a channel pair
@@ -241,7 +254,7 @@ void run(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y, T
   const int64_t grid = p.out_h * p.padded_w, tiles = (grid + kCols - 1) / kCols;
   // The last sample's last tile reads up to kCols + kw past its last plane (positions past the grid).
   const int64_t slack = 2 * kCols + p.kw;
-  const int64_t chunk = std::clamp<int64_t>(kPaddedBudget / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(batch, 1));
+  const int64_t chunk = std::clamp<int64_t>(padded_budget() / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(batch, 1));
   // From the caching allocator (32-bit words as float32): a step's convolutions reuse its blocks.
   Tensor padded_block = Tensor::empty({std::min(chunk, batch) * per_sample + slack}, DType::kFloat32, Device::kCPU);
   W* const padded = static_cast<W*>(padded_block.data_ptr());
@@ -415,7 +428,7 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
   const int64_t taps = p.channels * p.kh * p.kw;
   // Past the last sample's last plane, its last block's windows reach grid_len - grid + kw - 1.
   const int64_t slack = grid_len - grid + p.kw + 32;
-  const int64_t chunk = std::clamp<int64_t>(kPaddedBudget / std::max<int64_t>(per_sample + p.out_c * grid_len, 1), 1,
+  const int64_t chunk = std::clamp<int64_t>(padded_budget() / std::max<int64_t>(per_sample + p.out_c * grid_len, 1), 1,
                                             std::max<int64_t>(batch, 1));
   const int64_t held = std::min(chunk, batch);
   Tensor padded_block = Tensor::empty({held * per_sample + slack}, kDTypeOf<T>, Device::kCPU);
@@ -431,55 +444,63 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
     offset[static_cast<size_t>(t)] = (t / (p.kh * p.kw)) * plane + ((t / p.kw) % p.kh) * p.padded_w + t % p.kw;
   }
   const int64_t o_tiles = (p.out_c + kO - 1) / kO, k_tiles = (taps + kK - 1) / kK;
-  // Each tile's kO x kK vectors of partial sums, kept from block to block (a tile's lanes are
-  // summed once, at the end, rather than after every block).
+  // Each tile's kO x kK vectors of partial sums, kept over every sample and block (a tile's lanes
+  // are summed once, at the end: after every block that cost more than the products), for a band
+  // of output-channel tiles at a time. Each lane adds its products in sample, then block order,
+  // whatever the chunks and bands, so neither changes a bit.
   constexpr int64_t kTileFloats = kO * kK * kLanes;
-  Tensor partial_block = zeros({o_tiles * k_tiles * kTileFloats + 16}, DType::kFloat32, Device::kCPU);
+  const int64_t band = std::clamp<int64_t>(partial_budget() / (k_tiles * kTileFloats), 1, o_tiles);
+  Tensor partial_block = Tensor::empty({band * k_tiles * kTileFloats + 16}, DType::kFloat32, Device::kCPU);
   float* const partial = align_64(partial_block.data<float>());
-  for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
-    const int64_t n = std::min(chunk, batch - n0);
-    pad_samples<false>(x, n0, n, p, padded);
-    std::fill(padded + n * per_sample, padded + n * per_sample + slack, T{});
-    // dy on the grid: each output row, then zeros for the dropped columns; zeros past the grid.
-    parallel_range(n * p.out_c, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t item = lo; item < hi; ++item) {
-        const T* src = dy + (n0 * p.out_c + item) * p.out_h * p.out_w;
-        T* dst = dyg + item * grid_len;
-        for (int64_t oh = 0; oh < p.out_h; ++oh) {
-          std::memcpy(dst + oh * p.padded_w, src + oh * p.out_w, static_cast<size_t>(p.out_w) * sizeof(T));
-          std::fill(dst + oh * p.padded_w + p.out_w, dst + (oh + 1) * p.padded_w, T{});
-        }
-        std::fill(dst + grid, dst + grid_len, T{});
-      }
-    });
-    for (int64_t s0 = 0; s0 < n; s0 += group) {
-      const Block block{.len = len, .count = std::min(group, n - s0), .dy_stride = p.out_c * grid_len, .x_stride = per_sample};
-      for (int64_t b = 0; b < blocks; ++b) {
-        const T* x_block = padded + s0 * per_sample + b * len;
-        const T* dy_block = dyg + s0 * p.out_c * grid_len + b * len;
-        parallel_range(o_tiles * k_tiles, 1, [&](int64_t lo, int64_t hi) {
-          for (int64_t item = lo; item < hi; ++item) {
-            const int64_t o0 = (item / k_tiles) * kO, t0 = (item % k_tiles) * kK;
-            const T* dy_rows[kO];
-            const T* windows[kK];
-            for (int r = 0; r < kO; ++r) dy_rows[r] = o0 + r < p.out_c ? dy_block + (o0 + r) * grid_len : zero_rows;
-            for (int k = 0; k < kK; ++k) {
-              windows[k] = t0 + k < taps ? x_block + offset[static_cast<size_t>(t0 + k)] : x_block;  // sums dropped
-            }
-            tile_fn(dy_rows, windows, block, partial + item * kTileFloats);
+  for (int64_t band0 = 0; band0 < o_tiles; band0 += band) {
+    const int64_t band_items = (std::min(o_tiles, band0 + band) - band0) * k_tiles;
+    std::fill(partial, partial + band_items * kTileFloats, 0.0f);
+    for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
+      const int64_t n = std::min(chunk, batch - n0);
+      pad_samples<false>(x, n0, n, p, padded);
+      std::fill(padded + n * per_sample, padded + n * per_sample + slack, T{});
+      // dy on the grid: each output row, then zeros for the dropped columns; zeros past the grid.
+      parallel_range(n * p.out_c, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t item = lo; item < hi; ++item) {
+          const T* src = dy + (n0 * p.out_c + item) * p.out_h * p.out_w;
+          T* dst = dyg + item * grid_len;
+          for (int64_t oh = 0; oh < p.out_h; ++oh) {
+            std::memcpy(dst + oh * p.padded_w, src + oh * p.out_w, static_cast<size_t>(p.out_w) * sizeof(T));
+            std::fill(dst + oh * p.padded_w + p.out_w, dst + (oh + 1) * p.padded_w, T{});
           }
-        });
+          std::fill(dst + grid, dst + grid_len, T{});
+        }
+      });
+      for (int64_t s0 = 0; s0 < n; s0 += group) {
+        const Block block{.len = len, .count = std::min(group, n - s0), .dy_stride = p.out_c * grid_len,
+                          .x_stride = per_sample};
+        for (int64_t b = 0; b < blocks; ++b) {
+          const T* x_block = padded + s0 * per_sample + b * len;
+          const T* dy_block = dyg + s0 * p.out_c * grid_len + b * len;
+          parallel_range(band_items, 1, [&](int64_t lo, int64_t hi) {
+            for (int64_t item = lo; item < hi; ++item) {
+              const int64_t o0 = (band0 + item / k_tiles) * kO, t0 = (item % k_tiles) * kK;
+              const T* dy_rows[kO];
+              const T* windows[kK];
+              for (int r = 0; r < kO; ++r) dy_rows[r] = o0 + r < p.out_c ? dy_block + (o0 + r) * grid_len : zero_rows;
+              for (int k = 0; k < kK; ++k) {
+                windows[k] = t0 + k < taps ? x_block + offset[static_cast<size_t>(t0 + k)] : x_block;  // sums dropped
+              }
+              tile_fn(dy_rows, windows, block, partial + item * kTileFloats);
+            }
+          });
+        }
       }
     }
-  }
-  for (int64_t item = 0; item < o_tiles * k_tiles; ++item) {
-    const int64_t o0 = (item / k_tiles) * kO, t0 = (item % k_tiles) * kK;
-    for (int r = 0; r < kO && o0 + r < p.out_c; ++r) {
-      for (int k = 0; k < kK && t0 + k < taps; ++k) {
-        const float* lanes = partial + item * kTileFloats + (r * kK + k) * kLanes;
-        double sum = 0;
-        for (int l = 0; l < kLanes; ++l) sum += lanes[l];
-        total[(o0 + r) * taps + t0 + k] = sum;
+    for (int64_t item = 0; item < band_items; ++item) {
+      const int64_t o0 = (band0 + item / k_tiles) * kO, t0 = (item % k_tiles) * kK;
+      for (int r = 0; r < kO && o0 + r < p.out_c; ++r) {
+        for (int k = 0; k < kK && t0 + k < taps; ++k) {
+          const float* lanes = partial + item * kTileFloats + (r * kK + k) * kLanes;
+          double sum = 0;
+          for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+          total[(o0 + r) * taps + t0 + k] = sum;
+        }
       }
     }
   }
@@ -533,7 +554,14 @@ void direct_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv
   });
 }
 
+void set_direct_conv_budgets_for_testing(int64_t padded_values, int64_t partial_floats) {
+  padded_budget_for_testing.store(padded_values);
+  partial_budget_for_testing.store(partial_floats);
+}
+
 void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeometry& g, Tensor& dx) {
+  AG_CHECK(dy.dtype() == w.dtype() && dx.dtype() == w.dtype(), "conv2d backward: dy is ", dtype_name(dy.dtype()),
+           ", the weight ", dtype_name(w.dtype()), " and dx ", dtype_name(dx.dtype()), "; the direct kernel takes one dtype");
   // dx[s, c, y, x] = sum over (o, i, j) of dy[s, o, y + pad_h - i, x + pad_w - j] w[o, c, i, j]: the
   // stride-1 convolution of dy, padded by kh - 1 - pad_h (and kw - 1 - pad_w), with the filters
   // transposed to [C, O] and turned half a turn.
@@ -559,6 +587,8 @@ void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeome
 }
 
 void direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw) {
+  AG_CHECK(dy.dtype() == x.dtype() && dw.dtype() == x.dtype(), "conv2d backward: dy is ", dtype_name(dy.dtype()),
+           ", x ", dtype_name(x.dtype()), " and dw ", dtype_name(dw.dtype()), "; the direct kernel takes one dtype");
   const Plan p{.channels = x.size(1), .height = x.size(2), .width = x.size(3), .out_c = dw.size(0), .kh = g.kh,
                .kw = g.kw, .pad_h = g.pad_h, .pad_w = g.pad_w, .out_h = g.out_h, .out_w = g.out_w};
   std::vector<double> total(static_cast<size_t>(dw.numel()), 0.0);
@@ -582,6 +612,7 @@ void direct_conv2d_input_grad(const Tensor&, const Tensor&, const ConvGeometry&,
 void direct_conv2d_weight_grad(const Tensor&, const Tensor&, const ConvGeometry&, Tensor&) {
   AG_CHECK(false, "conv2d: the direct kernel needs an AVX2/FMA build");
 }
+void set_direct_conv_budgets_for_testing(int64_t, int64_t) {}
 
 #endif
 

@@ -86,22 +86,27 @@ inline void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
   AG_ON_BACKEND(ct.device(), channels_from_samples, y, n0, ct);
 }
 
-// The direct stride-1 convolution (CPU, float32): y [N, O, Ho, Wo] = conv(x, w) + b computed in
-// register tiles straight from a zero-padded copy of x, without columns or transposes, giving the
-// im2col GEMM route's bits (each output is 0, one FMA per (c, i, j) in order, then + b). It applies
-// to ungrouped, undilated stride-1 convolutions with a kernel larger than 1 x 1 and padding below
-// the kernel's size (so that the input gradient is one too); b may be undefined.
+// The direct stride-1 convolution (CPU; float32, and bfloat16 where AVX512_BF16 is allowed):
+// y [N, O, Ho, Wo] = conv(x, w) + b computed in register tiles straight from a zero-padded copy of
+// x, without columns or transposes; float32 gives the im2col GEMM route's bits (each output is 0,
+// one FMA per (c, i, j) in order, then + b), bfloat16 sums channel pairs and rounds once. It
+// applies to ungrouped, undilated stride-1 convolutions with a kernel larger than 1 x 1 and padding
+// below the kernel's size (so that the input gradient is one too); b may be undefined.
 // direct_conv2d_input_grad: dx [N, C, H, W] from dy [N, O, Ho, Wo], as the stride-1 convolution of
-// dy padded by kernel - 1 - padding with w transposed and turned (summed over (o, i, j) in that
-// order). direct_conv2d_weight_grad: dw [O, C, kh, kw] = the sum over samples and outputs of dy x
-// at each tap, from a padded copy of x, in float vectors over blocks of outputs added to a double
-// total (a non-finite x can give NaN where the im2col route gives an infinity: the dropped grid
-// columns multiply it by 0). All three overwrite their output.
+// dy padded by kernel - 1 - padding with w transposed and turned (summed over (o, i, j)).
+// direct_conv2d_weight_grad: dw [O, C, kh, kw] = the sum over samples and outputs of dy x at each
+// tap, in float vector lanes over every sample, the lanes added in double (a non-finite x can give
+// NaN where the im2col route gives an infinity: the dropped grid columns multiply it by 0). All
+// three overwrite their output; dy, w, x and the outputs share one dtype.
+// set_direct_conv_budgets_for_testing: lowers the transients' budgets (padded values per chunk of
+// samples, partial-sum floats per band of channels; 0 restores the default) so that tests run the
+// chunk and band loops more than once.
 namespace cpu {
 bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry& g, int64_t groups);
 void direct_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y);
 void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeometry& g, Tensor& dx);
 void direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw);
+void set_direct_conv_budgets_for_testing(int64_t padded_values, int64_t partial_floats);
 }  // namespace cpu
 inline bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry& g, int64_t groups) {
   return x.device() == Device::kCPU && cpu::direct_conv2d_applies(x, w, g, groups);

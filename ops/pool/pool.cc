@@ -29,7 +29,14 @@ struct WindowOptions {
   bool ceil_mode;
 };
 
-std::string pair(Size2 p) { return "{" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + "}"; }
+// Built by appending: GCC 12's "literal" + std::string&& inlining warns falsely (-Wrestrict).
+std::string pair(Size2 p) {
+  std::string text = "{";
+  text += std::to_string(p[0]);
+  text += ", ";
+  text += std::to_string(p[1]);
+  return text += "}";
+}
 
 // Checks x and the window and returns the geometry (stride {0, 0} is the kernel size).
 ConvGeometry window_geometry(const char* op, const Tensor& x, WindowOptions o) {
