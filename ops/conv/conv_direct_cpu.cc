@@ -185,12 +185,26 @@ void write_tile(const float (&tile)[kRows][kCols], const T* bias, int64_t o0, in
   }
 }
 
+// An AVX-512 forward tile's 8 x 2 accumulators: zeroed, and stored into the tile (both tiles).
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void zero_accumulators(__m512 (&acc)[8][2]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+}
+
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void store_accumulators(const __m512 (&acc)[8][2],
+                                                                          float (&tile)[8][32]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) {
+    _mm512_storeu_ps(tile[r], acc[r][0]);
+    _mm512_storeu_ps(tile[r] + 16, acc[r][1]);
+  }
+}
+
 [[AMPGRAD_AVX512_TARGET, gnu::noinline]] void tile_avx512(const float* in, const float* wp, const Plan& p,
                                                           float (&tile)[8][32]) {
   constexpr int kRows = 8;
   __m512 acc[kRows][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  zero_accumulators(acc);
   const int64_t plane = p.padded_h * p.padded_w;
   for (int64_t c = 0; c < p.words; ++c) {
     for (int64_t i = 0; i < p.kh; ++i) {
@@ -206,19 +220,14 @@ void write_tile(const float (&tile)[kRows][kCols], const T* bias, int64_t o0, in
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    _mm512_storeu_ps(tile[r], acc[r][0]);
-    _mm512_storeu_ps(tile[r] + 16, acc[r][1]);
-  }
+  store_accumulators(acc, tile);
 }
 
 [[AMPGRAD_AVX512_BF16_TARGET, gnu::noinline]] void tile_avx512_bf16(const uint32_t* in, const uint32_t* wp,
                                                                     const Plan& p, float (&tile)[8][32]) {
   constexpr int kRows = 8;
   __m512 acc[kRows][2];
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  zero_accumulators(acc);
   const int64_t plane = p.padded_h * p.padded_w;
   for (int64_t c = 0; c < p.words; ++c) {
     for (int64_t i = 0; i < p.kh; ++i) {
@@ -234,11 +243,7 @@ void write_tile(const float (&tile)[kRows][kCols], const T* bias, int64_t o0, in
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < kRows; ++r) {
-    _mm512_storeu_ps(tile[r], acc[r][0]);
-    _mm512_storeu_ps(tile[r] + 16, acc[r][1]);
-  }
+  store_accumulators(acc, tile);
 }
 
 // y = conv(src, w) + b over every sample, with the tile of kRows x kCols that tile_fn computes.
@@ -254,13 +259,15 @@ void run(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y, T
   const int64_t grid = p.out_h * p.padded_w, tiles = (grid + kCols - 1) / kCols;
   // The last sample's last tile reads up to kCols + kw past its last plane (positions past the grid).
   const int64_t slack = 2 * kCols + p.kw;
-  const int64_t chunk = std::clamp<int64_t>(padded_budget() / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(batch, 1));
+  const int64_t chunk =
+      std::clamp<int64_t>(padded_budget() / std::max<int64_t>(per_sample, 1), 1, std::max<int64_t>(batch, 1));
   // From the caching allocator (32-bit words as float32): a step's convolutions reuse its blocks.
   Tensor padded_block = Tensor::empty({std::min(chunk, batch) * per_sample + slack}, DType::kFloat32, Device::kCPU);
   W* const padded = static_cast<W*>(padded_block.data_ptr());
   // An item is a few tiles of one sample (about 256 positions): every block of output channels
   // runs over them, its packed weights staying in L1.
-  const int64_t tiles_per_item = std::max<int64_t>(1, 256 / kCols), items_per_sample = (tiles + tiles_per_item - 1) / tiles_per_item;
+  const int64_t tiles_per_item = std::max<int64_t>(1, 256 / kCols);
+  const int64_t items_per_sample = (tiles + tiles_per_item - 1) / tiles_per_item;
   for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const int64_t n = std::min(chunk, batch - n0);
     pad_samples<!std::is_same_v<T, float>>(src, n0, n, p, padded);
@@ -309,13 +316,16 @@ void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan
 // grid: a GEMM whose long reduction runs over q. A tile of kO output channels x kK taps keeps one
 // vector of float partial sums per pair, in registers over a block of about 512 positions of a
 // group of samples (dy rows and x windows of the block stay in L2 while every tile passes over
-// them) and in memory between blocks; its lanes are added in double at the end. Bfloat16 takes positions (q, q + 1) as the pairs of VDPBF16PS: both operands
-// are runs of memory, so pairs need no rearranging.
+// them) and in memory between blocks; its lanes are added in double at the end. Bfloat16 takes
+// positions (q, q + 1) as the pairs of VDPBF16PS: both operands are runs of memory, so pairs need
+// no rearranging.
+
 // p rounded up to a 64-byte boundary (a buffer allocated 16 floats longer holds what follows).
 inline float* align_64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
 
+// The positions one weight-tile call runs over.
 struct Block {
   int64_t len;        // positions per sample, a multiple of 32
   int64_t count;      // samples
@@ -353,16 +363,31 @@ template <int kO, int kK>
   }
 }
 
+// An AVX-512 weight tile's kO x kK vectors of partial sums, from and back to memory (both tiles).
 template <int kO, int kK>
-[[AMPGRAD_AVX512_TARGET, gnu::noinline]] void weight_tile_avx512(const float* const (&dy)[kO],
-                                                                 const float* const (&xs)[kK], const Block& b,
-                                                                 float* sums) {
-  __m512 acc[kO][kK];
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void load_partials(__m512 (&acc)[kO][kK], const float* sums) {
 #pragma GCC unroll 8
   for (int r = 0; r < kO; ++r) {
 #pragma GCC unroll 8
     for (int k = 0; k < kK; ++k) acc[r][k] = _mm512_load_ps(sums + (r * kK + k) * 16);
   }
+}
+
+template <int kO, int kK>
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void store_partials(const __m512 (&acc)[kO][kK], float* sums) {
+#pragma GCC unroll 8
+  for (int r = 0; r < kO; ++r) {
+#pragma GCC unroll 8
+    for (int k = 0; k < kK; ++k) _mm512_store_ps(sums + (r * kK + k) * 16, acc[r][k]);
+  }
+}
+
+template <int kO, int kK>
+[[AMPGRAD_AVX512_TARGET, gnu::noinline]] void weight_tile_avx512(const float* const (&dy)[kO],
+                                                                 const float* const (&xs)[kK], const Block& b,
+                                                                 float* sums) {
+  __m512 acc[kO][kK];
+  load_partials(acc, sums);
   for (int64_t s = 0; s < b.count; ++s) {
     const int64_t dy_at = s * b.dy_stride, x_at = s * b.x_stride;
     for (int64_t q = 0; q < b.len; q += 16) {
@@ -377,11 +402,7 @@ template <int kO, int kK>
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < kO; ++r) {
-#pragma GCC unroll 8
-    for (int k = 0; k < kK; ++k) _mm512_store_ps(sums + (r * kK + k) * 16, acc[r][k]);
-  }
+  store_partials(acc, sums);
 }
 
 template <int kO, int kK>
@@ -389,11 +410,7 @@ template <int kO, int kK>
                                                                            const BFloat16* const (&xs)[kK],
                                                                            const Block& b, float* sums) {
   __m512 acc[kO][kK];
-#pragma GCC unroll 8
-  for (int r = 0; r < kO; ++r) {
-#pragma GCC unroll 8
-    for (int k = 0; k < kK; ++k) acc[r][k] = _mm512_load_ps(sums + (r * kK + k) * 16);
-  }
+  load_partials(acc, sums);
   for (int64_t s = 0; s < b.count; ++s) {
     const int64_t dy_at = s * b.dy_stride, x_at = s * b.x_stride;
     for (int64_t q = 0; q < b.len; q += 32) {
@@ -408,11 +425,7 @@ template <int kO, int kK>
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < kO; ++r) {
-#pragma GCC unroll 8
-    for (int k = 0; k < kK; ++k) _mm512_store_ps(sums + (r * kK + k) * 16, acc[r][k]);
-  }
+  store_partials(acc, sums);
 }
 
 template <int kO, int kK, int kLanes, typename T, typename Tile>
