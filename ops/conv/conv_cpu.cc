@@ -239,20 +239,35 @@ void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& d
     }
     if (dw.defined()) {
       T* out = dw.data<T>();
-      // One channel per task: its taps' sums over every sample and output, in double.
+      // One channel per task: its taps' sums over every sample and output. Per sample, each output
+      // column's products are summed over the rows in the compute type, elementwise (a vector
+      // loop: a row's own sum would be a float reduction, which the compiler leaves scalar), and
+      // the columns' sums are added to the tap's double total.
       parallel_range(channels, 1, [&](int64_t lo, int64_t hi) {
         std::vector<double> acc(static_cast<size_t>(taps));
+        std::vector<C> columns(static_cast<size_t>(taps * g.out_w));
         std::vector<C> widened_x, widened_dy;
         for (int64_t c = lo; c < hi; ++c) {
           std::fill(acc.begin(), acc.end(), 0.0);
           for (int64_t n = 0; n < batch; ++n) {
             const C* plane = plane_in_compute_type(src + (n * channels + c) * height * width, height * width, widened_x);
             const C* d = plane_in_compute_type(grad + (n * channels + c) * out_l, out_l, widened_dy);
+            std::fill(columns.begin(), columns.end(), C(0));
             for_each_tap(c, [&](int64_t tap_at, int64_t in_row, int64_t out_row, ValidRange cols_in) {
-              C sum = 0;  // a row's products in the compute type, added to the tap's double total
-              for (int64_t ow = cols_in.lo; ow < cols_in.hi; ++ow) sum += d[out_row + ow] * plane[in_row + ow * g.stride_w];
-              acc[static_cast<size_t>(tap_at - c * taps)] += static_cast<double>(sum);
+              C* __restrict column = columns.data() + (tap_at - c * taps) * g.out_w;
+              const C* dline = d + out_row;
+              const C* xline = plane + in_row;
+              if (g.stride_w == 1) {
+                for (int64_t ow = cols_in.lo; ow < cols_in.hi; ++ow) column[ow] += dline[ow] * xline[ow];
+              } else {
+                for (int64_t ow = cols_in.lo; ow < cols_in.hi; ++ow) column[ow] += dline[ow] * xline[ow * g.stride_w];
+              }
             });
+            for (int64_t k = 0; k < taps; ++k) {
+              double sum = 0;
+              for (int64_t ow = 0; ow < g.out_w; ++ow) sum += static_cast<double>(columns[static_cast<size_t>(k * g.out_w + ow)]);
+              acc[static_cast<size_t>(k)] += sum;
+            }
           }
           for (int64_t k = 0; k < taps; ++k) out[c * taps + k] = convert<T>(acc[static_cast<size_t>(k)]);
         }
