@@ -2,6 +2,7 @@
 // metadata under reserved keys that load_checkpoint takes out again.
 #include "distributed/checkpoint.h"
 
+#include <exception>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,7 +30,7 @@ void save_checkpoint(const std::string& path, const checkpoint::TrainingState& s
     }
     try {
       checkpoint::save_checkpoint(path, with_ranks);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // an Error, or one from a library (JSON, memory)
       error = e.what();
     }
   }
@@ -51,7 +52,7 @@ void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, 
     for (auto it = meta.begin(); it != meta.end();) {
       it = it->first == kWorldSizeKey || it->first.rfind(kRandomKeyPrefix, 0) == 0 ? meta.erase(it) : std::next(it);
     }
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // an Error, or one from a library (JSON, memory)
     error = e.what();
   }
   agree_on_outcome(group, error, "distributed::load_checkpoint(" + path + ")",
@@ -80,8 +81,16 @@ void save_checkpoint(const std::string& path, const checkpoint::TrainingState& s
 void load_checkpoint(const std::string& path, checkpoint::TrainingState& state, ZeroRedundancyOptimizer& zero) {
   check_zero_optimizer(state, zero, "load_checkpoint");
   // An optimizer over copies of the parameters (nothing gathered into it) takes the file's state;
-  // the shards take theirs from it.
-  const std::unique_ptr<optim::Optimizer> whole = zero.make_unsharded_optimizer();
+  // the shards take theirs from it. Built on every rank, agreed on before the load's collectives.
+  std::unique_ptr<optim::Optimizer> whole;
+  std::string error;
+  try {
+    whole = zero.make_unsharded_optimizer();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_outcome(zero.group(), error, "distributed::load_checkpoint(" + path + ")",
+                   "each rank builds one optimizer over copies of every parameter to read the file into");
   checkpoint::TrainingState consolidated = state;
   consolidated.optimizer = whole.get();
   load_checkpoint(path, consolidated, zero.group());

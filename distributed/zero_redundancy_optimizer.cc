@@ -429,16 +429,28 @@ std::vector<optim::ParamState> ZeroRedundancyOptimizer::consolidate(std::optiona
   }
   const bool keep = !to.has_value() || *to == group_.rank();
   const std::vector<optim::ParamState> shards = optimizer_->state();
+  // One buffer for every gather, allocated (and agreed on) before the first: a rank that could not
+  // allocate one mid-way would leave the others waiting in a gather.
+  int64_t largest = 0;
+  for (const Bucket& bucket : buckets_) largest = std::max(largest, bucket.shard * n);
+  Tensor gathered;
+  std::string error;
+  try {
+    gathered = Tensor::empty({largest}, DType::kFloat32, buckets_.empty() ? group_.device() : buckets_[0].device);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_outcome(group_, error, "ZeroRedundancyOptimizer::consolidated_state",
+                   "each rank needs one bucket's gathered state tensor: free memory, or use larger shards");
   std::vector<optim::ParamState> out(keep ? params_.size() : 0);
   // A keeping rank that fails to copy the state out (memory) goes on taking part in every gather,
   // and the ranks agree on the outcome at the end, so that no rank is left waiting in a gather.
-  std::string error;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     for (const auto& [key, shard] : shards[b].tensors) {
       // Every rank takes part in the all-gather (as PyTorch's consolidation broadcasts each shard
-      // to every rank); only the keeping ones copy out of it, and `full` is freed per tensor.
-      Tensor full = Tensor::empty({bucket.shard * n}, DType::kFloat32, bucket.device);
+      // to every rank); only the keeping ones copy out of it.
+      Tensor full = alias_elements(gathered, 0, {bucket.shard * n});
       group_.all_gather(full, shard);
       if (!keep || !error.empty()) continue;
       try {
@@ -498,16 +510,20 @@ void ZeroRedundancyOptimizer::load_consolidated_state(const std::vector<optim::P
 }
 
 std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::consolidated_optimizer() {
-  std::unique_ptr<optim::Optimizer> whole = make_unsharded_optimizer();
-  whole->load_state(consolidated_state());
-  return whole;
+  return build_consolidated(consolidated_state(), true);
 }
 
 std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::consolidated_optimizer(int to) {
-  const std::vector<optim::ParamState> state = consolidated_state(to);
+  return build_consolidated(consolidated_state(to), to == group_.rank());
+}
+
+std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::build_consolidated(
+    const std::vector<optim::ParamState>& state, bool here) {
+  // Built after the gathers and agreed on, so that a rank that fails here (its memory, the
+  // factory) ends every rank's call alike.
   std::unique_ptr<optim::Optimizer> whole;
   std::string error;
-  if (to == group_.rank()) {
+  if (here) {
     try {
       whole = make_unsharded_optimizer();
       whole->load_state(state);
@@ -530,9 +546,11 @@ std::unique_ptr<optim::Optimizer> ZeroRedundancyOptimizer::make_unsharded_optimi
     groups[group_of_[i]].push_back(copy);
   }
   std::unique_ptr<optim::Optimizer> whole = make_(groups);
-  // The shards' seed, given before the mode: a stochastic-rounding mode would otherwise draw one
-  // from the global generator, on the building rank alone.
-  whole->set_rounding_seed(optimizer_->rounding_seed());
+  // Under stochastic rounding the shards' seed, given before the mode: the mode would otherwise
+  // draw one from the global generator, on the building rank alone.
+  if (optimizer_->master_weights() == optim::MasterWeights::kStochasticRounding) {
+    whole->set_rounding_seed(optimizer_->rounding_seed());
+  }
   whole->set_master_weights(optimizer_->master_weights());
   std::vector<optim::GroupState> options = optimizer_->param_group_state();
   for (size_t g = 0; g < options.size(); ++g) options[g].num_params = groups[g].size();

@@ -175,6 +175,8 @@ class ZeroRedundancyOptimizer {
   void gather_parameters();
   // consolidated_state() into rank `to` only, or (no `to`) into every rank.
   std::vector<optim::ParamState> consolidate(std::optional<int> to);
+  // The unsharded optimizer with `state` loaded where `here` (else null); agreed across the ranks.
+  std::unique_ptr<optim::Optimizer> build_consolidated(const std::vector<optim::ParamState>& state, bool here);
 
   ProcessGroup& group_;
   ZeroOptions options_;

@@ -264,9 +264,19 @@ TEST(DirectConv2d, ChunksAndBandsChangeNoBit) {
       return std::vector<std::vector<float>>{y.to_vector(), dx.to_vector(), dw.to_vector()};
     };
     const auto whole = run_all();
-    k::cpu::set_direct_conv_budgets_for_testing(1, 1);
-    const auto pieces = run_all();
-    k::cpu::set_direct_conv_budgets_for_testing(0, 0);
+    // One sample per chunk and one tile per band; then bands of a few tiles with a short last one
+    // (two of AVX-512's 4-channel tiles of 5, eight of AVX2's 2-channel tiles of 10).
+    const auto with_budgets = [&](int64_t padded, int64_t partial) {
+      struct Restore {
+        ~Restore() { k::cpu::set_direct_conv_budgets_for_testing(0, 0); }
+      } restore;
+      k::cpu::set_direct_conv_budgets_for_testing(padded, partial);
+      return run_all();
+    };
+    const auto pieces = with_budgets(1, 1);
+    const int64_t two_tiles = 2 * ((9 * c.c + 5) / 6) * 4 * 6 * 16;  // two rows of AVX-512's 4 x 6 x 16-float tiles
+    const auto bands_of_two = with_budgets(0, two_tiles);
+    EXPECT_EQ(bands_of_two[2], whole[2]) << "dw in bands of two tiles";
     EXPECT_EQ(pieces[0], whole[0]) << "y";
     EXPECT_EQ(pieces[1], whole[1]) << "dx";
     EXPECT_EQ(pieces[2], whole[2]) << "dw";

@@ -633,6 +633,8 @@ TEST(ZeroCheckpoint, ConsolidatingIntoOneRankCostsTheOthersAFewBucketsAtATime) {
       world());
   EXPECT_ERROR([&] { failing.consolidated_optimizer(to); }, "consolidated_optimizer failed",
                "rank " + std::to_string(to) + ": ", "no memory for the whole model");
+  EXPECT_ERROR([&] { failing.consolidated_optimizer(); }, "consolidated_optimizer failed",
+               "rank " + std::to_string(to) + ": ", "no memory for the whole model");
   // The optimizer a single-process checkpoint loads into: the groups and options, no state.
   const std::unique_ptr<ag::optim::Optimizer> empty = zero.make_unsharded_optimizer();
   EXPECT_EQ(empty->param_group_state()[0].options.at("lr"), 1e-3);

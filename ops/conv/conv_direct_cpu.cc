@@ -41,9 +41,10 @@ namespace {
 #define AMPGRAD_AVX512_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")
 #define AMPGRAD_AVX512_BF16_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")
 
-// How many padded input values one chunk of samples copies at most (8 Mi), and how many floats of
-// vector partial sums the weight gradient keeps at once (2 Mi): transients beside x and w, bounded
-// whatever the batch and the layer. Tests lower them (set_direct_conv_budgets_for_testing).
+// How many padded input values one chunk of samples copies (8 Mi), and how many floats of vector
+// partial sums the weight gradient keeps at once (2 Mi), at most beyond one sample's and one
+// channel tile's: transients beside x and w, bounded whatever the batch and the number of output
+// channels. Tests lower them (set_direct_conv_budgets_for_testing).
 constexpr int64_t kPaddedBudget = int64_t{1} << 23, kPartialBudget = int64_t{1} << 21;
 std::atomic<int64_t> padded_budget_for_testing{0}, partial_budget_for_testing{0};
 int64_t padded_budget() {

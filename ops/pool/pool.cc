@@ -35,7 +35,8 @@ std::string pair(Size2 p) {
   text += std::to_string(p[0]);
   text += ", ";
   text += std::to_string(p[1]);
-  return text += "}";
+  text += "}";
+  return text;
 }
 
 // Checks x and the window and returns the geometry (stride {0, 0} is the kernel size).
