@@ -4,6 +4,14 @@
 
 #include <string>
 
+/// The instruction sets of the AVX-512 kernels (CpuIsa::kAvx512) and of those that add AVX512_BF16
+/// (CpuIsa::kAvx512Bf16), for the functions compiled for them: [[AMPGRAD_AVX512_TARGET]]. Such a
+/// function runs only where effective_cpu_isa() reaches its level. AMPGRAD_AVX512_FEATURES is the
+/// list alone, for a target that adds options: gnu::target(AMPGRAD_AVX512_FEATURES ",prefer-vector-width=512").
+#define AMPGRAD_AVX512_FEATURES "avx512f,avx512bw,avx512vl,avx512dq,fma"
+#define AMPGRAD_AVX512_TARGET gnu::target(AMPGRAD_AVX512_FEATURES)
+#define AMPGRAD_AVX512_BF16_TARGET gnu::target(AMPGRAD_AVX512_FEATURES ",avx512bf16")
+
 namespace ampgrad {
 
 /// What the CPU and the operating system together support (CPUID, and XGETBV for the register

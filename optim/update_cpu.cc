@@ -32,9 +32,19 @@ void widen_block(DType dtype, const void* data, int64_t first, float* dst, int64
   });
 }
 
+// Whether indices [first, first + n) lie in one 2^32-aligned block, where the Weyl counter of
+// stochastic::random_bits steps by addition (a loop over them vectorises).
+bool in_one_weyl_block(uint64_t first, int64_t n) {
+  return (first & 0xffffffffu) + static_cast<uint64_t>(n) <= (uint64_t{1} << 32);
+}
+
+// random_bits(key, index + i) in that block, from counter = weyl_counter(key, index).
+[[gnu::always_inline]] inline uint32_t weyl_random(uint32_t counter, int64_t i) {
+  return stochastic::finalise(counter + static_cast<uint32_t>(i) * stochastic::kWeylStep);
+}
+
 // src[0, n) rounded stochastically into the 16-bit tensor at `data` from element `first`; the
-// random bits of element i are keyed by `key` and i's index in the tensor, `index0` + i. Within a
-// 2^32-aligned block of indices the Weyl counter steps by addition, which vectorises.
+// random bits of element i are keyed by `key` and i's index in the tensor, `index0` + i.
 template <typename T>
 void round_stochastically(const float* __restrict src, T* __restrict dst, int64_t n, uint64_t key, int64_t index0) {
   const auto bits16 = [](float v, uint32_t random) {
@@ -42,11 +52,9 @@ void round_stochastically(const float* __restrict src, T* __restrict dst, int64_
     return std::is_same_v<T, BFloat16> ? stochastic::bfloat16_bits(u, random) : stochastic::float16_bits(u, random);
   };
   const uint64_t first = static_cast<uint64_t>(index0);
-  if ((first & 0xffffffffu) + static_cast<uint64_t>(n) <= (uint64_t{1} << 32)) {
+  if (in_one_weyl_block(first, n)) {
     const uint32_t counter = stochastic::weyl_counter(key, first);
-    for (int64_t i = 0; i < n; ++i) {
-      dst[i].bits = bits16(src[i], stochastic::finalise(counter + static_cast<uint32_t>(i) * stochastic::kWeylStep));
-    }
+    for (int64_t i = 0; i < n; ++i) dst[i].bits = bits16(src[i], weyl_random(counter, i));
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i].bits = bits16(src[i], stochastic::random_bits(key, first + static_cast<uint64_t>(i)));
   }
@@ -142,13 +150,12 @@ void adam_elements(int64_t n, const float* __restrict g, float* __restrict w, fl
 [[gnu::always_inline]] inline float widened(BFloat16 x) { return std::bit_cast<float>(bf16::to_float_bits(x.bits)); }
 
 [[gnu::always_inline]] inline uint16_t rounded_bits(float w, uint32_t counter, int64_t i) {
-  return stochastic::bfloat16_bits(std::bit_cast<uint32_t>(w),
-                                   stochastic::finalise(counter + static_cast<uint32_t>(i) * stochastic::kWeylStep));
+  return stochastic::bfloat16_bits(std::bit_cast<uint32_t>(w), weyl_random(counter, i));
 }
 
 template <typename G>
-[[gnu::always_inline]] inline void sgd_bfloat16_elements(int64_t n, const G* __restrict g, BFloat16* __restrict w, float* __restrict buf,
-                           SgdScalars s, uint32_t counter) {
+[[gnu::always_inline]] inline void sgd_bfloat16_elements(int64_t n, const G* __restrict g, BFloat16* __restrict w,
+                                                         float* __restrict buf, SgdScalars s, uint32_t counter) {
   if (buf == nullptr) {
     for (int64_t i = 0; i < n; ++i) w[i].bits = rounded_bits(sgd_element(widened(g[i]), widened(w[i]), s), counter, i);
   } else {
@@ -159,8 +166,9 @@ template <typename G>
 }
 
 template <typename G>
-[[gnu::always_inline]] inline void adam_bfloat16_elements(int64_t n, const G* __restrict g, BFloat16* __restrict w, float* __restrict m,
-                            float* __restrict v, AdamScalars s, uint32_t counter) {
+[[gnu::always_inline]] inline void adam_bfloat16_elements(int64_t n, const G* __restrict g, BFloat16* __restrict w,
+                                                          float* __restrict m, float* __restrict v, AdamScalars s,
+                                                          uint32_t counter) {
   for (int64_t i = 0; i < n; ++i) {
     w[i].bits = rounded_bits(adam_element(widened(g[i]), widened(w[i]), m[i], v[i], s), counter, i);
   }
@@ -168,13 +176,13 @@ template <typename G>
 
 // The same loops compiled for AVX-512 (16 floats a vector), chosen where effective_cpu_isa() allows.
 template <typename G>
-[[gnu::target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")]] void sgd_bfloat16_elements_avx512(
+[[gnu::target(AMPGRAD_AVX512_FEATURES ",prefer-vector-width=512")]] void sgd_bfloat16_elements_avx512(
     int64_t n, const G* __restrict g, BFloat16* __restrict w, float* __restrict buf, SgdScalars s, uint32_t counter) {
   sgd_bfloat16_elements(n, g, w, buf, s, counter);
 }
 
 template <typename G>
-[[gnu::target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")]] void adam_bfloat16_elements_avx512(
+[[gnu::target(AMPGRAD_AVX512_FEATURES ",prefer-vector-width=512")]] void adam_bfloat16_elements_avx512(
     int64_t n, const G* __restrict g, BFloat16* __restrict w, float* __restrict m, float* __restrict v, AdamScalars s,
     uint32_t counter) {
   adam_bfloat16_elements(n, g, w, m, v, s, counter);
@@ -185,9 +193,7 @@ template <typename G>
 template <size_t Lists, typename Fused>
 bool fused_bfloat16(const Chunk<Lists>& c, size_t weight, size_t grad, uint64_t key, Fused&& fused) {
   const uint64_t first = static_cast<uint64_t>(c.start);
-  if (c.dtype[weight] != DType::kBFloat16 || (first & 0xffffffffu) + static_cast<uint64_t>(c.n) > (uint64_t{1} << 32)) {
-    return false;
-  }
+  if (c.dtype[weight] != DType::kBFloat16 || !in_one_weyl_block(first, c.n)) return false;
   auto* const w = chunk_data<BFloat16>(c, weight);
   const uint32_t counter = stochastic::weyl_counter(key, first);
   if (c.dtype[grad] == DType::kBFloat16) {

@@ -38,8 +38,6 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
-#define AMPGRAD_AVX512_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")
-#define AMPGRAD_AVX512_BF16_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")
 
 // How many padded input values one chunk of samples copies (8 Mi), and how many floats of vector
 // partial sums the weight gradient keeps at once (2 Mi), at most beyond one sample's and one

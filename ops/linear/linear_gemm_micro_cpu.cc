@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "framework/cpu_features.h"
 #include "ops/linear/linear_gemm_cpu.h"
 #include "ops/linear/linear_gemm_pack_cpu.h"
 
@@ -81,8 +82,6 @@ void micro_kernel_portable(int64_t kc, const void* a_panel, const void* b_panel,
 #endif
 
 #ifdef AMPGRAD_GEMM_AVX512
-#define AMPGRAD_AVX512_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma")
-#define AMPGRAD_AVX512_BF16_TARGET gnu::target("avx512f,avx512bw,avx512vl,avx512dq,fma,avx512bf16")
 
 // The accumulators of a kMR x (16 kNV) tile start from init (or zero) and end in c; both kernels
 // below share these and differ only in their k step.
