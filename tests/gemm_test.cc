@@ -134,6 +134,31 @@ TEST(Gemm, WideOutputIsDoneInColumnBlocks) {
   }
 }
 
+TEST(Gemm, LongInnerDimensionIsDoneInSpansOfK) {
+  // k so long that all of it leaves room for fewer than 1024 packed columns of b: the kernel packs
+  // b a span of k blocks at a time, carrying the float sums (of a 16-bit result too) from span to
+  // span. One column alone fits with all of k, so it runs unsplit, over the same k blocks: the
+  // same bits.
+  const Case c{20, 40, 150000};
+  for (DType dtype : kGemmDTypes) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    const Result r = run(c, dtype, Transpose::kNo, Transpose::kNo, true, 31);
+    EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
+    const Tensor a = Tensor::from_vector(agt::random_values(c.m * c.k, -1, 1, 31), {c.m, c.k}, dtype);
+    const std::vector<double> b = agt::random_values(c.k * c.n, -1, 1, 32), bias = agt::random_values(c.n, -1, 1, 33);
+    const std::vector<double> all = r.out.to_double_vector();
+    for (int64_t j : {0, 17, 39}) {
+      std::vector<double> column(c.k);
+      for (int64_t p = 0; p < c.k; ++p) column[p] = b[p * c.n + j];
+      Tensor out = ag::zeros({c.m, 1}, dtype);
+      ag::kernels::gemm(a, Transpose::kNo, Tensor::from_vector(column, {c.k, 1}, dtype), Transpose::kNo,
+                        Tensor::from_vector(std::vector<double>{bias[j]}, {1}, dtype), out);
+      const std::vector<double> alone = out.to_double_vector();
+      for (int64_t i = 0; i < c.m; ++i) ASSERT_EQ(alone[i], all[i * c.n + j]) << "row " << i << " column " << j;
+    }
+  }
+}
+
 TEST(Gemm, EmptyInnerDimensionGivesTheBias) {
   for (DType dtype : kGemmDTypes) {
     const Result with_bias = run({3, 20, 0}, dtype, Transpose::kNo, Transpose::kNo, true, 5);

@@ -1,11 +1,12 @@
 // Packed float GEMM (see linear_gemm_cpu.h). The loop nest is GotoBLAS's:
 //
 //   for each column block jc of c (all of it unless k * n is very large):
-//     pack b[:, jc] into kc x nr panels                      (the pool shares them; L3)
-//     for each task (a range of rows and of nr-column panels), on the pool:
-//       for each k block pc:  pack a[rows, pc] into mr x kc panels  (this thread's; L2)
-//         for each nr-column panel jr, for each mr-row panel ir:
-//           c[ir, jr] (+)= a_panel . b_panel                 (the micro-kernel; b panel in L1)
+//     for each span of k (all of k unless that leaves too few columns in a block):
+//       pack b[span, jc] into kc x nr panels                    (the pool shares them; L3)
+//       for each task (a range of rows and of nr-column panels), on the pool:
+//         for each k block pc of the span:  pack a[rows, pc] into mr x kc panels  (this thread's; L2)
+//           for each nr-column panel jr, for each mr-row panel ir:
+//             c[ir, jr] (+)= a_panel . b_panel               (the micro-kernel; b panel in L1)
 //
 // The micro-kernel (its mr x nr tile, its kc and mc blocks and its packing) is picked once per
 // operand dtype by instruction-set level (linear_gemm_micro_cpu.h). Packing (linear_gemm_pack_cpu.h)
@@ -40,6 +41,11 @@ namespace {
 
 // Packed b is at most this many words (8 MB, in L3); wider c is done in column blocks.
 constexpr int64_t kPackedBMax = int64_t{1} << 21;
+// A column block narrower than this (a long k leaves room for few columns) would pack all of a
+// again for every block: k is cut into spans instead (at [512, 50304] x [50304, 768], the
+// classifier's input gradient, 24 blocks of 32 columns had run at 130 GFLOP/s against the
+// other products' 215).
+constexpr int64_t kMinColumnBlock = 1024;
 // The float partial sums of a 16-bit result are kept between calls up to this size (16 MB).
 constexpr int64_t kKeptPartialFloats = int64_t{1} << 22;
 // Below this many FLOP a GEMM stays on the calling thread: waking a helper costs more than it saves.
@@ -152,20 +158,21 @@ void compute_tile(const Problem& pb, const float* a_panel, const float* b_panel,
   for (int64_t r = 0; r < mr; ++r) std::copy_n(tile + r * tile_ld, nr, partial + r * n);
 }
 
-// Rows [i0, i1) x panels [jr0, jr1) of the column block at jc, all of k.
-void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, int64_t nc_pad, int64_t i0, int64_t i1,
-              int64_t jr0, int64_t jr1) {
+// Rows [i0, i1) x panels [jr0, jr1) of the column block at jc, over the k span [q0, q1) whose
+// panels b_packed holds.
+void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, int64_t nc_pad, int64_t q0, int64_t q1,
+              int64_t i0, int64_t i1, int64_t jr0, int64_t jr1) {
   thread_local Buffer a_buffer;
   const int64_t mr = pb.kernel->mr, nr = pb.kernel->nr, mc_block = pb.kernel->mc;
   const int64_t mc_max = std::min(mc_block, round_up(i1 - i0, mr));
   float* a_packed = a_buffer.get(mc_max * pb.rows(pb.kc) + kPackSlack);
   for (int64_t ic = i0; ic < i1; ic += mc_block) {
     const int64_t mc = std::min(mc_block, i1 - ic);
-    for (int64_t p0 = 0; p0 < pb.k; p0 += pb.kc) {
+    for (int64_t p0 = q0; p0 < q1; p0 += pb.kc) {
       const int64_t kc = std::min(pb.kc, pb.k - p0), rows = pb.rows(kc);
       pack_a_block(pb.a, pb.m, ic, ic + mc, p0, kc, mr, pb.kernel->packing, a_packed);
       for (int64_t jr = jr0; jr < jr1; jr += nr) {
-        const float* b_panel = b_packed + pb.rows(p0) * nc_pad + jr * rows;
+        const float* b_panel = b_packed + pb.rows(p0 - q0) * nc_pad + jr * rows;
         const int64_t valid_nr = std::min(nr, nc - jr);
         for (int64_t ir = 0; ir < mc; ir += mr) {
           compute_tile(pb, a_packed + ir * rows, b_panel, ic + ir, jc + jr, std::min(mr, mc - ir), valid_nr, p0, kc);
@@ -173,6 +180,26 @@ void run_task(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, 
       }
     }
   }
+}
+
+// The column block at jc over the k span [q0, q1), on the pool. Two tasks per thread, so a core
+// that is busy elsewhere delays only its share. Rows are split first (each row range packs its own
+// a); panels only when there are too few rows.
+void run_tasks(const Problem& pb, const float* b_packed, int64_t jc, int64_t nc, int64_t nc_pad, int64_t q0, int64_t q1,
+               int threads) {
+  const int64_t mr = pb.kernel->mr, nr = pb.kernel->nr, m = pb.m, panels = nc_pad / nr;
+  const int64_t want = threads > 1 ? 2 * threads : 1;
+  const int64_t row_parts = std::min(want, ceil_div(m, mr));
+  const int64_t rows_per = round_up(ceil_div(m, row_parts), mr);
+  const int64_t row_tasks = ceil_div(m, rows_per);
+  const int64_t panel_parts = std::min(panels, ceil_div(want, row_tasks));
+  const int64_t panels_per = ceil_div(panels, panel_parts);
+  const int64_t panel_tasks = ceil_div(panels, panels_per);
+  parallel_for(row_tasks * panel_tasks, [&](int64_t task) {
+    const int64_t i0 = (task / panel_tasks) * rows_per, jr0 = (task % panel_tasks) * panels_per * nr;
+    run_task(pb, b_packed, jc, nc, nc_pad, q0, q1, i0, std::min(m, i0 + rows_per), jr0,
+             std::min(nc_pad, jr0 + panels_per * nr));
+  });
 }
 
 // The same sums as a kFloat kernel's packed path, in the same order (bias or zero, then one FMA
@@ -279,37 +306,34 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
     pb.c_float = (m * n <= kKeptPartialFloats ? partial_buffer : big_partial).get(m * n);
   }
 
-  const int64_t mr = kernel.mr, nr = kernel.nr;
+  const int64_t nr = kernel.nr;
   const int threads = 2.0 * m * n * k >= kParallelFlop ? num_threads() : 1;
-  const int64_t nc_max = std::max(nr, kPackedBMax / pb.rows(k) / nr * nr);
+  // The packed block of b: all of k for as many columns as fit, or, where that is too few, spans
+  // of whole k blocks for wider columns (the same k blocks either way, so the same sums).
+  int64_t nc_max = std::max(nr, kPackedBMax / pb.rows(k) / nr * nr), k_span = k;
+  if (nc_max < std::min(round_up(n, nr), kMinColumnBlock)) {
+    nc_max = std::min(round_up(n, nr), std::max(nr, kPackedBMax / pb.rows(pb.kc) / nr * nr));
+    k_span = std::max<int64_t>(1, kPackedBMax / (pb.rows(pb.kc) * nc_max)) * pb.kc;
+  }
   for (int64_t jc = 0; jc < n; jc += nc_max) {
     const int64_t nc = std::min(nc_max, n - jc), nc_pad = round_up(nc, nr);
-    float* b_packed = b_buffer.get(pb.rows(k) * nc_pad);
     const int64_t panels = nc_pad / nr;
-    const int64_t pack_chunks = threads > 1 && k * nc >= (int64_t{1} << 16) ? std::min<int64_t>(panels, 4 * threads) : 1;
-    parallel_for(pack_chunks, [&](int64_t chunk) {
-      const int64_t per = ceil_div(panels, pack_chunks);
-      const int64_t jr0 = chunk * per * nr, jr1 = std::min(panels, (chunk + 1) * per) * nr;
-      for (int64_t p0 = 0; p0 < k; p0 += pb.kc) {  // each k block's panels follow the ones before
-        const int64_t kc = std::min(pb.kc, k - p0);
-        pack_b_block(pb.b, p0, kc, jc + jr0, jc + jr1, jc + nc, nr, kernel.packing,
-                     b_packed + pb.rows(p0) * nc_pad + jr0 * pb.rows(kc));
-      }
-    });
-
-    // Two tasks per thread, so a core that is busy elsewhere delays only its share. Rows are split
-    // first (each row range packs its own a); panels only when there are too few rows.
-    const int64_t want = threads > 1 ? 2 * threads : 1;
-    const int64_t row_parts = std::min(want, ceil_div(m, mr));
-    const int64_t rows_per = round_up(ceil_div(m, row_parts), mr);
-    const int64_t row_tasks = ceil_div(m, rows_per);
-    const int64_t panel_parts = std::min(panels, ceil_div(want, row_tasks));
-    const int64_t panels_per = ceil_div(panels, panel_parts);
-    const int64_t panel_tasks = ceil_div(panels, panels_per);
-    parallel_for(row_tasks * panel_tasks, [&](int64_t task) {
-      const int64_t i0 = (task / panel_tasks) * rows_per, jr0 = (task % panel_tasks) * panels_per * nr;
-      run_task(pb, b_packed, jc, nc, nc_pad, i0, std::min(m, i0 + rows_per), jr0, std::min(nc_pad, jr0 + panels_per * nr));
-    });
+    for (int64_t q0 = 0; q0 < k; q0 += k_span) {
+      const int64_t q1 = std::min(k, q0 + k_span);
+      float* b_packed = b_buffer.get(pb.rows(q1 - q0) * nc_pad);
+      const int64_t pack_chunks =
+          threads > 1 && (q1 - q0) * nc >= (int64_t{1} << 16) ? std::min<int64_t>(panels, 4 * threads) : 1;
+      parallel_for(pack_chunks, [&](int64_t chunk) {
+        const int64_t per = ceil_div(panels, pack_chunks);
+        const int64_t jr0 = chunk * per * nr, jr1 = std::min(panels, (chunk + 1) * per) * nr;
+        for (int64_t p0 = q0; p0 < q1; p0 += pb.kc) {  // each k block's panels follow the ones before
+          const int64_t kc = std::min(pb.kc, k - p0);
+          pack_b_block(pb.b, p0, kc, jc + jr0, jc + jr1, jc + nc, nr, kernel.packing,
+                       b_packed + pb.rows(p0 - q0) * nc_pad + jr0 * pb.rows(kc));
+        }
+      });
+      run_tasks(pb, b_packed, jc, nc, nc_pad, q0, q1, threads);
+    }
   }
 }
 
