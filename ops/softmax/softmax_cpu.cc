@@ -40,18 +40,58 @@ void scatter(const C* src, int64_t n, T* dst, int64_t base, int64_t stride) {
   for (int64_t j = 0; j < n; ++j) dst[base + j * stride] = store<T>(src[j]);
 }
 
+// The row loops below run in kLanes independent lanes, which the compiler vectorises: a maximum is
+// the same in any order (a NaN is passed over, as std::max does), and a double sum of exponentials
+// only changes its rounding order. One lane each, they had stayed scalar (2 ns a logit: 2.4% of a
+// GPT-2-small step with its 50304 classes).
+constexpr int64_t kLanes = 16;
+
+template <typename C>
+C row_max(const C* v, int64_t n) {
+  const int64_t whole = n / kLanes * kLanes;
+  C lanes[kLanes];
+  std::fill_n(lanes, kLanes, -std::numeric_limits<C>::infinity());
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = std::max(lanes[l], v[j + l]);
+  }
+  C max = -std::numeric_limits<C>::infinity();
+  for (int64_t j = whole; j < n; ++j) max = std::max(max, v[j]);
+  for (int64_t l = 0; l < kLanes; ++l) max = std::max(max, lanes[l]);
+  return max;
+}
+
+// A row of -inf has no finite maximum: subtract 0, so exp gives 0 and the row NaN, as PyTorch.
+template <typename C>
+C finite_shift(C max) {
+  return max == -std::numeric_limits<C>::infinity() ? C(0) : max;
+}
+
+// sum_j exp(v[j] - shift) in double; with kStore, each exponential also goes to out[j].
+template <bool kStore, typename C>
+double sum_exp(const C* v, int64_t n, C shift, C* out = nullptr) {
+  const int64_t whole = n / kLanes * kLanes;
+  double lanes[kLanes] = {};
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const C e = math::exp(v[j + l] - shift);
+      if constexpr (kStore) out[j + l] = e;
+      lanes[l] += static_cast<double>(e);
+    }
+  }
+  double sum = 0.0;
+  for (int64_t j = whole; j < n; ++j) {
+    const C e = math::exp(v[j] - shift);
+    if constexpr (kStore) out[j] = e;
+    sum += static_cast<double>(e);
+  }
+  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
 // softmax in place over n values, of which the first `valid` take part (the rest are masked: 0).
 template <typename C>
 void softmax_row(C* v, int64_t n, int64_t valid) {
-  C max = -std::numeric_limits<C>::infinity();
-  for (int64_t j = 0; j < valid; ++j) max = std::max(max, v[j]);
-  // A row of -inf has no finite maximum: subtract 0, so exp gives 0 and the row NaN, as PyTorch.
-  const C shift = max == -std::numeric_limits<C>::infinity() ? C(0) : max;
-  double sum = 0.0;
-  for (int64_t j = 0; j < valid; ++j) {
-    v[j] = math::exp(v[j] - shift);
-    sum += static_cast<double>(v[j]);
-  }
+  const double sum = sum_exp<true>(v, valid, finite_shift(row_max(v, valid)), v);
   const C inv = static_cast<C>(1.0 / sum);
   for (int64_t j = 0; j < valid; ++j) v[j] *= inv;
   for (int64_t j = valid; j < n; ++j) v[j] = C(0);
@@ -60,12 +100,8 @@ void softmax_row(C* v, int64_t n, int64_t valid) {
 // log_softmax in place: x - max - log(sum exp(x - max)), from the inputs (no log of a rounded exp).
 template <typename C>
 void log_softmax_row(C* v, int64_t n) {
-  C max = -std::numeric_limits<C>::infinity();
-  for (int64_t j = 0; j < n; ++j) max = std::max(max, v[j]);
-  const C shift = max == -std::numeric_limits<C>::infinity() ? C(0) : max;
-  double sum = 0.0;
-  for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(math::exp(v[j] - shift));
-  const C log_sum = static_cast<C>(std::log(sum));
+  const C shift = finite_shift(row_max(v, n));
+  const C log_sum = static_cast<C>(std::log(sum_exp<false>(v, n, shift)));
   for (int64_t j = 0; j < n; ++j) v[j] = v[j] - shift - log_sum;
 }
 
@@ -131,12 +167,8 @@ namespace {
 template <typename C>
 LogNormalizer<C> row_log_normalizer(const C* scores, int64_t classes, ClassScores kind) {
   if (kind == ClassScores::kLogProbs) return {};
-  C max = -std::numeric_limits<C>::infinity();
-  for (int64_t c = 0; c < classes; ++c) max = std::max(max, scores[c]);
-  const C shift = max == -std::numeric_limits<C>::infinity() ? C(0) : max;
-  double sum = 0.0;
-  for (int64_t c = 0; c < classes; ++c) sum += static_cast<double>(math::exp(scores[c] - shift));
-  return {.shift = shift, .log_sum = std::log(sum)};
+  const C shift = finite_shift(row_max(scores, classes));
+  return {.shift = shift, .log_sum = std::log(sum_exp<false>(scores, classes, shift))};
 }
 
 void check_target(int64_t t, int64_t classes, const CrossEntropyArgs& args, int64_t sample) {
