@@ -6,7 +6,8 @@ WORKLOAD: seed_fp32, seed_bf16 (CPU autocast, PyTorch's CPU AMP), mlp_sgd_fp32, 
           mlp_sgd_bf16, mlp_adam_bf16; fashion_fp32, fashion_fp16 (FP16 autocast + GradScaler, as
           ampgrad's AMP; PyTorch >= 2.3, else it prints nan), fashion_bf16; gpt_fp32, gpt_fp16,
           gpt_bf16 (examples/char_gpt's model and step), gpt2s_fp32, gpt2s_fp16, gpt2s_bf16 (the
-          same step at GPT-2 small's shape, T = 256, batch 2); single ops
+          same step at GPT-2 small's shape, T = 256, batch 2), gpt2s1024_* (T = 1024, batch 1),
+          gpt6_* (6 layers, width 384, T = 256, batch 8); single ops
           (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16},
           sdpa{256,1024}_{fused,composed}_{fp32,bf16}, heads_{split,packed}_{fp32,bf16}, adamw_fp32
           (adamw_fp32_fused: PyTorch's fused CPU AdamW).
@@ -60,13 +61,18 @@ def make_fashion(name):
 def make_gpt(name):
     """examples/char_gpt's step (bench/workloads.h GptWorkload): examples/gpt_pytorch.py's model at
     4 layers, width 128, context 64, vocabulary 114 (gpt_*), or at GPT-2 small's shape, 12 layers,
-    12 heads, width 768, context 256, vocabulary 50304, batch 2 (gpt2s_*, kGpt2Small); AdamW (0.9,
+    12 heads, width 768, context 256, vocabulary 50304, batch 2 (gpt2s_*, kGpt2Small), the same at
+    context 1024, batch 1 (gpt2s1024_*), or 6 layers, 6 heads, width 384, context 256, vocabulary
+    114, batch 8 (gpt6_*, kGpt6Layer); AdamW (0.9,
     0.95) with weight decay 0.1 on matrices only, clip_grad_norm_ 1.0 after unscale_, a batch of
     fixed random tokens (16 for gpt_*)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
     from gpt_pytorch import GPT  # noqa: E402
     torch.manual_seed(0)
-    vocab, block, layers, heads, width, batch = (50304, 256, 12, 12, 768, 2) if name.startswith("gpt2s_") \
+    vocab, block, layers, heads, width, batch = \
+        (50304, 1024, 12, 12, 768, 1) if name.startswith("gpt2s1024_") \
+        else (50304, 256, 12, 12, 768, 2) if name.startswith("gpt2s_") \
+        else (114, 256, 6, 6, 384, 8) if name.startswith("gpt6_") \
         else (114, 64, 4, 4, 128, 16)
     model = GPT(vocab, block, layers, heads, width).init_as_ampgrad_()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -169,7 +175,7 @@ def make_op(name):
 def make(name):
     if name.startswith("fashion_"):
         return make_fashion(name)
-    if name.startswith("gpt_") or name.startswith("gpt2s_"):
+    if name.startswith(("gpt_", "gpt2s_", "gpt2s1024_", "gpt6_")):
         return make_gpt(name)
     torch.manual_seed(0)
     if name.startswith("seed"):

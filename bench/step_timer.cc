@@ -4,7 +4,8 @@
 //           fashion_cnn_{fp32,amp,bf16} mlp_adam_bf16params_{fp32masters,stochastic} (BF16 parameters
 //           in BF16 autocast, with FP32 masters or stochastic rounding)
 //   gpt_{fp32,amp,bf16,fp8} gpt2s_{fp32,amp,bf16,fp8} (GPT-2 small's shape, T = 256, batch 2; gpt2s_ckpt_*
-//   with --checkpoint-activations) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a
+//   with --checkpoint-activations) gpt2s1024_{fp32,amp,bf16} (the same at T = 1024, batch 1)
+//   gpt6_{fp32,amp,bf16} (6 layers, width 384, T = 256, batch 8) gemm1024_{fp32,fp16,bf16} (prints GFLOP/s); amp is FP16 autocast with a
 //   GradScaler, bf16 is BF16 autocast without one, fp8 the same with linear's GEMMs in FP8; the single ops of op_workloads.h (add_bias_*, add_residual_*,
 //   bmm_*, copy_bandwidth: prints "WORKLOAD <median us> <GB/s or GFLOP/s>"),
 //   memory_seed (live bytes and peak RSS after 1e3 and 1e5 AMP seed steps),
@@ -86,6 +87,10 @@ std::unique_ptr<ag::bench::Steppable> make_workload(const std::string& name) {
     return std::make_unique<ag::bench::Workload>(ag::bench::fashion_workload(precision, model));
   }
   if (name.rfind("gpt_", 0) == 0) return std::make_unique<ag::bench::GptWorkload>(precision);
+  if (name.rfind("gpt6_", 0) == 0) return std::make_unique<ag::bench::GptWorkload>(precision, ag::bench::kGpt6Layer);
+  if (name.rfind("gpt2s1024_", 0) == 0) {
+    return std::make_unique<ag::bench::GptWorkload>(precision, ag::bench::kGpt2Small1024);
+  }
   if (name.rfind("gpt2s_", 0) == 0) {
     ag::bench::GptShape shape = ag::bench::kGpt2Small;
     shape.checkpoint_activations = name.find("_ckpt") != std::string::npos;

@@ -112,6 +112,11 @@ inline constexpr GptShape kGptLarge{.n_layer = 6, .n_head = 6, .n_embd = 384, .b
 /// T = 256 and batch 2: a CPU step where the memory traffic of large tensors shows.
 inline constexpr GptShape kGpt2Small{
     .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 256, .batch = 2, .vocab_size = 50304};
+/// The same at T = 1024, batch 1: the long-context CPU step (attention's share grows with T).
+inline constexpr GptShape kGpt2Small1024{
+    .n_layer = 12, .n_head = 12, .n_embd = 768, .block_size = 1024, .batch = 1, .vocab_size = 50304};
+/// nanoGPT's Shakespeare-char model (kGptLarge) at batch 8: the small CPU step, 2048 tokens.
+inline constexpr GptShape kGpt6Layer{.n_layer = 6, .n_head = 6, .n_embd = 384, .block_size = 256, .batch = 8};
 
 /// examples/char_gpt's own training step (char_gpt::train_step: its model, AdamW groups,
 /// clip_grad_norm_ after unscale_, GradScaler) on `device`, on one fixed batch of random characters
@@ -129,7 +134,8 @@ struct GptWorkload : Steppable {
         model((manual_seed(0), options.model)),
         opt(char_gpt::make_optimizer(moved(model, device), options)),
         scaler({.enabled = precision == Precision::kAmp}) {
-    std::vector<int64_t> ids(static_cast<size_t>(options.batch_size * options.model.block_size + 1));
+    // Room for one window more than the batch: batch_for_step draws each window's start.
+    std::vector<int64_t> ids(static_cast<size_t>((options.batch_size + 1) * options.model.block_size + 1));
     uint64_t state = 1;
     for (int64_t& id : ids) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;

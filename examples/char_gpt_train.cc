@@ -58,6 +58,8 @@ uint64_t mix(uint64_t z) {
 
 // x and y [B, T]: windows of the ids starting at offsets drawn for `key`; y is x shifted by one.
 std::pair<ag::Tensor, ag::Tensor> batch(const std::vector<int64_t>& ids, int64_t batch_size, int64_t t, uint64_t key) {
+  AG_CHECK(static_cast<int64_t>(ids.size()) > t + 1, "char_gpt: a batch of context ", t, " needs more than ", t + 1,
+           " token ids to draw windows from, got ", ids.size());
   std::vector<int64_t> x(static_cast<size_t>(batch_size * t)), y(x.size());
   const uint64_t windows = ids.size() - static_cast<uint64_t>(t) - 1;
   for (int64_t b = 0; b < batch_size; ++b) {

@@ -158,4 +158,17 @@ TEST(GptTraining, ResumeIsBitExact) {
   }
 }
 
+TEST(GptTraining, ABatchFromTooFewTokensIsAnError) {
+  // A window of T + 1 ids needs at least one id to spare to draw its start: fewer is a clear
+  // error, not a division by zero.
+  char_gpt::TrainOptions o;
+  o.batch_size = 1;
+  o.model.block_size = 8;
+  EXPECT_THROW(char_gpt::batch_for_step(std::vector<int64_t>(9, 0), o, 0), ag::Error);
+  EXPECT_THROW(char_gpt::batch_for_step(std::vector<int64_t>(3, 0), o, 0), ag::Error);
+  const auto [x, y] = char_gpt::batch_for_step(std::vector<int64_t>(10, 0), o, 0);
+  EXPECT_EQ(x.shape(), (ag::Shape{1, 8}));
+  EXPECT_EQ(y.shape(), (ag::Shape{8}));
+}
+
 }  // namespace
