@@ -215,10 +215,11 @@ class GemmBf16 : public ::testing::Test {
 
 // Products of at least 16384 FLOP, so that both kernels run (smaller ones take plain loops).
 // k odd, 1, 2, 3; tiles ragged in m and n; k in one block, and over the 2048 of a block (4097:
-// three blocks, the last odd); n past the packed-b budget (column blocks).
-constexpr Case kCases[] = {{64, 130, 1}, {64, 70, 2},     {50, 60, 3},     {5, 17, 97},       {8, 32, 64},
-                           {9, 40, 70},  {13, 31, 601},   {130, 200, 530}, {40, 70, 1100},    {17, 45, 4097},
-                           {9, 1100, 4200}};
+// three blocks, the last odd); n past the packed-b budget: column blocks with all of k (k 4000),
+// column blocks over spans of k (k 8192), and one column block over spans (k 4200).
+constexpr Case kCases[] = {{64, 130, 1},   {64, 70, 2},   {50, 60, 3},    {5, 17, 97},      {8, 32, 64},
+                           {9, 40, 70},    {13, 31, 601}, {130, 200, 530}, {40, 70, 1100},  {17, 45, 4097},
+                           {9, 1100, 4000}, {4, 2100, 8192}, {9, 1100, 4200}};
 
 TEST_F(GemmBf16, GivesTheBaselineBitsWithoutSubnormals) {
   // VDPBF16PS adds the high product first, each with an FMA's one rounding, and a word holds k

@@ -126,22 +126,28 @@ INSTANTIATE_TEST_SUITE_P(AllLayouts, GemmTest,
                          param_name);
 
 TEST(Gemm, WideOutputIsDoneInColumnBlocks) {
-  // k * n above the packed-b budget (2^21 floats) makes the kernel cut c into column blocks.
-  const Case c{9, 1100, 2100};
-  for (DType dtype : kGemmDTypes) {
-    const Result r = run(c, dtype, Transpose::kNo, Transpose::kYes, true, 77);
-    EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
+  // k * n above the packed-b budget (2^21 floats) makes the kernel cut c into column blocks: of
+  // at least 1024 columns with all of k (k 2000), or, where k leaves room for fewer, of 2048
+  // columns over spans of k (k 8192: two blocks, eight spans of one k block each).
+  for (const Case c : {Case{9, 1100, 2000}, Case{4, 2100, 8192}}) {
+    for (DType dtype : kGemmDTypes) {
+      SCOPED_TRACE(::testing::Message() << ag::dtype_name(dtype) << " k " << c.k);
+      const Result r = run(c, dtype, Transpose::kNo, Transpose::kYes, true, 77);
+      EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
+    }
   }
 }
 
 TEST(Gemm, LongInnerDimensionIsDoneInSpansOfK) {
-  // k so long that all of it leaves room for fewer than 1024 packed columns of b: the kernel packs
-  // b a span of k blocks at a time, carrying the float sums (of a 16-bit result too) from span to
-  // span. One column alone fits with all of k, so it runs unsplit, over the same k blocks: the
-  // same bits.
-  const Case c{20, 40, 150000};
+  // k so long that all of it leaves room for fewer packed columns of b than the 40 of c (at most
+  // 2^21 packed words: one word per k, or per pair of k for the BF16 pair kernel): the kernel
+  // packs b a span of k blocks at a time, carrying the float sums (of a 16-bit result too) from
+  // span to span. One column alone still fits with all of k and runs unsplit, over the same k
+  // blocks: the same bits. The pair kernel's k is odd, so its last block has a padded word.
   for (DType dtype : kGemmDTypes) {
     SCOPED_TRACE(ag::dtype_name(dtype));
+    const bool pairs = ag::kernels::cpu::default_micro_kernel(dtype).packing == ag::kernels::cpu::Packing::kBFloat16Pairs;
+    const Case c{20, 40, pairs ? 100001 : 60001};
     const Result r = run(c, dtype, Transpose::kNo, Transpose::kNo, true, 31);
     EXPECT_CLOSE(r.out, r.expected, dtype, tolerance(dtype, c.k, r.magnitude));
     const Tensor a = Tensor::from_vector(agt::random_values(c.m * c.k, -1, 1, 31), {c.m, c.k}, dtype);

@@ -159,8 +159,8 @@ TEST(GptTraining, ResumeIsBitExact) {
 }
 
 TEST(GptTraining, ABatchFromTooFewTokensIsAnError) {
-  // A window of T + 1 ids needs at least one id to spare to draw its start: fewer is a clear
-  // error, not a division by zero.
+  // batch() draws a window of T + 1 ids from all but the last id, so it needs one id to spare:
+  // fewer is a clear error, not a division by zero.
   char_gpt::TrainOptions o;
   o.batch_size = 1;
   o.model.block_size = 8;

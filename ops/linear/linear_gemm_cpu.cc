@@ -308,10 +308,11 @@ void sgemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixVie
 
   const int64_t nr = kernel.nr;
   const int threads = 2.0 * m * n * k >= kParallelFlop ? num_threads() : 1;
-  // The packed block of b: all of k for as many columns as fit, or, where that is too few, spans
-  // of whole k blocks for wider columns (the same k blocks either way, so the same sums).
+  // The packed block of b: all of k for as many columns as fit, or, where that is too few (or not
+  // even one panel fits), spans of whole k blocks for wider columns (the same k blocks either way,
+  // so the same sums).
   int64_t nc_max = std::max(nr, kPackedBMax / pb.rows(k) / nr * nr), k_span = k;
-  if (nc_max < std::min(round_up(n, nr), kMinColumnBlock)) {
+  if (nc_max < std::min(round_up(n, nr), kMinColumnBlock) || pb.rows(k) * nr > kPackedBMax) {
     nc_max = std::min(round_up(n, nr), std::max(nr, kPackedBMax / pb.rows(pb.kc) / nr * nr));
     k_span = std::max<int64_t>(1, kPackedBMax / (pb.rows(pb.kc) * nc_max)) * pb.kc;
   }
