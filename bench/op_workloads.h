@@ -3,6 +3,8 @@
 //   add_bias_{fp32,fp16}      x [64,512,768] + b [768]           (reads x, writes the sum)
 //   add_residual_{fp32,fp16}  x [64,512,768] + r [64,512,768]    (reads both, writes the sum)
 //   bmm_{fp32,fp16}           a [8,12,256,64] @ b [8,12,64,256]  (attention's scores)
+//   matmul_long_k_fp32        a [512, 50304] @ b [50304, 768]    (GPT-2 small's classifier's input
+//                             gradient at T = 256, batch 2: a k far longer than n)
 //   sdpa{256,1024}_{fused,composed}_{fp32,bf16}
 //                             causal attention forward + backward, q, k, v [2,12,T,64] (GPT-2
 //                             small's heads at batch 2), through each AttentionBackend; the FLOP
@@ -53,6 +55,10 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
   if (name.starts_with("bmm_")) {
     const Tensor a = randn({8, 12, 256, 64}, dtype), b = randn({8, 12, 64, 256}, dtype);
     return std::make_unique<OpWorkload>(OpWorkload{[a, b] { ops::matmul(a, b); }, 0, 2.0 * 96 * 256 * 256 * 64});
+  }
+  if (name == "matmul_long_k_fp32") {
+    const Tensor a = randn({512, 50304}), b = randn({50304, 768});
+    return std::make_unique<OpWorkload>(OpWorkload{[a, b] { ops::matmul(a, b); }, 0, 2.0 * 512 * 50304 * 768});
   }
   if (name.starts_with("sdpa")) {
     const int64_t t = name.starts_with("sdpa1024_") ? 1024 : 256;
