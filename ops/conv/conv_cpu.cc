@@ -1,9 +1,16 @@
 // Convolution moves on the CPU: im2col / col2im one (row, sample) or (sample, channel) plane per
 // task, and the channel-major <-> sample-major transposes one L-long run at a time.
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include "framework/parallel.h"
 #include "ops/conv/conv_kernels.h"
@@ -149,7 +156,244 @@ const C* plane_in_compute_type(const T* plane, int64_t n, std::vector<C>& buffer
   }
 }
 
+namespace {
+
+// The depthwise convolution at stride 1, undilated, with padding below the kernel (a ResNet or
+// MobileNet 3 x 3), as long vector loops. Each plane is copied zero-padded in the compute type and
+// the outputs are computed over the padded-width grid, q = oh Wp + ow (the columns from Wo on are
+// computed and dropped), where tap (i, j) reads the run of memory from i Wp + j. Row by row, each
+// tap's loop at a 56 x 56 plane was 56 long; here it is Ho Wp.
+// The input gradient is the same over dy padded by the kernel less 1 less the padding, with the
+// taps turned; the weight gradient reduces dy on the grid (zeros in the dropped columns) against
+// the padded x. Each output sums the same taps in the same order as the row-by-row loops, the
+// padding's taps adding zeros, so the forward and input gradient give their bits for finite
+// values.
+bool depthwise_grid_applies(const ConvGeometry& g) {
+  return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.pad_h < g.kh &&
+         g.pad_w < g.kw;
+}
+
+// dst[0, n) = src[0, n): in fixed 8-value blocks, which the compiler turns into vector moves (a
+// memmove call per row of a small plane cost more than the convolution's arithmetic), then the tail.
+template <typename C>
+void copy_row(const C* src, int64_t n, C* dst) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) std::memcpy(dst + k, src + k, 8 * sizeof(C));
+  for (; k < n; ++k) dst[k] = src[k];
+}
+
+// A plane of `rows` x `cols` copied into a zero-padded `row_len`-wide buffer, `top` rows and
+// `left` columns in, in the compute type; `size` values in all (the grid's last taps read up to
+// kw - 1 values past the padded rows). Only the padding is zeroed, a run between rows at a time.
+template <typename T, typename C>
+void pad_plane(const T* src, int64_t rows, int64_t cols, int64_t top, int64_t left, int64_t row_len, int64_t size,
+               C* dst) {
+  int64_t done = 0;  // dst[0, done) is written
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t start = (top + r) * row_len + left;
+    for (; done < start; ++done) dst[done] = C(0);
+    if constexpr (std::is_same_v<T, C>) {
+      copy_row(src + r * cols, cols, dst + start);
+    } else {
+      widen(src + r * cols, dst + start, static_cast<size_t>(cols));
+    }
+    done = start + cols;
+  }
+  std::fill(dst + done, dst + size, C(0));
+}
+
+// The first `cols` of each of `rows` grid rows (row_len apart), rounded once into dst.
+template <typename T, typename C>
+void crop_grid(const C* grid, int64_t rows, int64_t cols, int64_t row_len, T* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<T, C>) {
+      copy_row(grid + r * row_len, cols, dst + r * cols);
+    } else {
+      narrow(grid + r * row_len, dst + r * cols, static_cast<size_t>(cols));
+    }
+  }
+}
+
+// grid[q] = init + sum over taps t, in order, of w[t] in[q + off[t]] for q < len: each output
+// is init, then one FMA per tap. AVX2 keeps 32 outputs in registers over all the taps and stores
+// them once; tap by tap over the whole grid, every output was loaded and stored again per tap.
+template <typename C>
+void grid_taps(const C* w, const int64_t* off, int64_t taps, const C* in, int64_t len, C init, C* grid) {
+  int64_t q = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<C, float>) {
+    const __m256 start = _mm256_set1_ps(init);
+    for (; q + 32 <= len; q += 32) {
+      __m256 acc[4] = {start, start, start, start};
+      for (int64_t t = 0; t < taps; ++t) {
+        const __m256 tap = _mm256_set1_ps(w[t]);
+        const float* src = in + off[t] + q;
+        for (int v = 0; v < 4; ++v) acc[v] = _mm256_fmadd_ps(tap, _mm256_loadu_ps(src + 8 * v), acc[v]);
+      }
+      for (int v = 0; v < 4; ++v) _mm256_storeu_ps(grid + q + 8 * v, acc[v]);
+    }
+  }
+#endif
+  for (; q < len; ++q) {
+    C acc = init;
+    for (int64_t t = 0; t < taps; ++t) acc = std::fma(w[t], in[off[t] + q], acc);
+    grid[q] = acc;
+  }
+}
+
+// A plane's taps in the compute type, and where each reads the padded grid: i row_len + j, or
+// turned (the input gradient's), (kh - 1 - i) row_len + (kw - 1 - j).
+template <typename T, typename C>
+void plane_taps(const T* w, const ConvGeometry& g, int64_t row_len, bool turned, C* taps, int64_t* off) {
+  for (int64_t i = 0; i < g.kh; ++i) {
+    for (int64_t j = 0; j < g.kw; ++j) {
+      taps[i * g.kw + j] = load(w[i * g.kw + j]);
+      off[i * g.kw + j] = turned ? (g.kh - 1 - i) * row_len + (g.kw - 1 - j) : i * row_len + j;
+    }
+  }
+}
+
+template <typename T>
+void depthwise_grid_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y) {
+  using C = ComputeType<T>;
+  const int64_t channels = x.size(1), height = x.size(2), width = x.size(3);
+  const int64_t wp = width + 2 * g.pad_w, padded = (height + 2 * g.pad_h) * wp + g.kw, len = g.out_h * wp;
+  const T* src = x.data<T>();
+  const T* filt = w.data<T>();
+  const T* bias = b.defined() ? b.data<T>() : nullptr;
+  T* dst = y.data<T>();
+  parallel_range(x.size(0) * channels, grain_for(len * g.kh * g.kw), [&](int64_t lo, int64_t hi) {
+    const int64_t taps = g.kh * g.kw;
+    std::vector<C> in(static_cast<size_t>(padded)), acc(static_cast<size_t>(len)), w_c(static_cast<size_t>(taps));
+    std::vector<int64_t> off(static_cast<size_t>(taps));
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t c = item % channels;
+      pad_plane(src + item * height * width, height, width, g.pad_h, g.pad_w, wp, padded, in.data());
+      plane_taps(filt + c * taps, g, wp, false, w_c.data(), off.data());
+      grid_taps(w_c.data(), off.data(), taps, in.data(), len, bias == nullptr ? C(0) : load(bias[c]), acc.data());
+      crop_grid(acc.data(), g.out_h, g.out_w, wp, dst + item * g.out_h * g.out_w);
+    }
+  });
+}
+
+template <typename T>
+void depthwise_grid_input_grad(const Tensor& w, const Tensor& dy, const ConvGeometry& g, Tensor& dx) {
+  using C = ComputeType<T>;
+  const int64_t channels = dx.size(1), height = dx.size(2), width = dx.size(3);
+  const int64_t top = g.kh - 1 - g.pad_h, left = g.kw - 1 - g.pad_w;
+  const int64_t wq = g.out_w + 2 * left, padded = (g.out_h + 2 * top) * wq + g.kw, len = height * wq;
+  const T* grad = dy.data<T>();
+  const T* filt = w.data<T>();
+  T* dst = dx.data<T>();
+  parallel_range(dx.size(0) * channels, grain_for(len * g.kh * g.kw), [&](int64_t lo, int64_t hi) {
+    const int64_t taps = g.kh * g.kw;
+    std::vector<C> in(static_cast<size_t>(padded)), acc(static_cast<size_t>(len)), w_c(static_cast<size_t>(taps));
+    std::vector<int64_t> off(static_cast<size_t>(taps));
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t c = item % channels;
+      pad_plane(grad + item * g.out_h * g.out_w, g.out_h, g.out_w, top, left, wq, padded, in.data());
+      plane_taps(filt + c * taps, g, wq, true, w_c.data(), off.data());
+      grid_taps(w_c.data(), off.data(), taps, in.data(), len, C(0), acc.data());
+      crop_grid(acc.data(), height, width, wq, dst + item * height * width);
+    }
+  });
+}
+
+// total[t] += sum over q < len of d[q] x[q + off[t]], for the n taps from off: the products in
+// float vector lanes over blocks of kSumBlock positions, each block's lanes added into the double
+// totals. AVX2 loads each d vector once for all the taps (up to kTapGroup, one register each); the
+// plain loop (other types, the tail) sums each product in double.
+constexpr int64_t kTapGroup = 9, kSumBlock = 512;
+
+template <typename C>
+void tap_sums_plain(const C* d, const C* x, const int64_t* off, int64_t n, int64_t from, int64_t len, double* total) {
+  for (int64_t t = 0; t < n; ++t) {
+    double sum = 0.0;
+    for (int64_t q = from; q < len; ++q) sum += static_cast<double>(d[q]) * static_cast<double>(x[off[t] + q]);
+    total[t] += sum;
+  }
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+// The 8 lanes of v added in double.
+inline double lane_sum(__m256 v) {
+  const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  const __m128d half = _mm_add_pd(_mm256_castpd256_pd128(wide), _mm256_extractf128_pd(wide, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(half, _mm_unpackhi_pd(half, half)));
+}
+
+template <int kN>
+void tap_sums_avx2(const float* d, const float* x, const int64_t* off, int64_t len, double* total) {
+  const int64_t whole = len / 8 * 8;
+  for (int64_t q0 = 0; q0 < whole; q0 += kSumBlock) {
+    const int64_t q1 = std::min(whole, q0 + kSumBlock);
+    __m256 acc[kN];
+    for (int t = 0; t < kN; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t q = q0; q < q1; q += 8) {
+      const __m256 dv = _mm256_loadu_ps(d + q);
+      for (int t = 0; t < kN; ++t) acc[t] = _mm256_fmadd_ps(dv, _mm256_loadu_ps(x + off[t] + q), acc[t]);
+    }
+    for (int t = 0; t < kN; ++t) total[t] += lane_sum(acc[t]);
+  }
+  tap_sums_plain(d, x, off, kN, whole, len, total);
+}
+
+template <int... kI>
+constexpr auto tap_sums_table(std::integer_sequence<int, kI...>) {
+  return std::array<void (*)(const float*, const float*, const int64_t*, int64_t, double*), sizeof...(kI)>{
+      &tap_sums_avx2<kI + 1>...};
+}
+#endif
+
+template <typename C>
+void tap_sums(const C* d, const C* x, const int64_t* off, int64_t n, int64_t len, double* total) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<C, float>) {
+    static constexpr auto kTable = tap_sums_table(std::make_integer_sequence<int, kTapGroup>{});
+    for (int64_t t = 0; t < n; t += kTapGroup) kTable[std::min(kTapGroup, n - t) - 1](d, x, off + t, len, total + t);
+    return;
+  }
+#endif
+  tap_sums_plain(d, x, off, n, 0, len, total);
+}
+
+// dw[c, i, j] = sum over samples and grid positions of dy x at the tap (dy on the grid, zeros in
+// the dropped columns): tap_sums per sample, the totals in double.
+template <typename T>
+void depthwise_grid_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw) {
+  using C = ComputeType<T>;
+  const int64_t batch = x.size(0), channels = x.size(1), height = x.size(2), width = x.size(3);
+  const int64_t wp = width + 2 * g.pad_w, padded = (height + 2 * g.pad_h) * wp + g.kw, len = g.out_h * wp;
+  const int64_t taps = g.kh * g.kw;
+  const T* src = x.data<T>();
+  const T* grad = dy.data<T>();
+  T* out = dw.data<T>();
+  std::vector<int64_t> off(static_cast<size_t>(taps));
+  for (int64_t i = 0; i < g.kh; ++i) {
+    for (int64_t j = 0; j < g.kw; ++j) off[static_cast<size_t>(i * g.kw + j)] = i * wp + j;
+  }
+  parallel_range(channels, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<C> in(static_cast<size_t>(padded)), d(static_cast<size_t>(len));
+    std::vector<double> total(static_cast<size_t>(taps));
+    for (int64_t c = lo; c < hi; ++c) {
+      std::fill(total.begin(), total.end(), 0.0);
+      for (int64_t n = 0; n < batch; ++n) {
+        const int64_t plane = n * channels + c;
+        pad_plane(src + plane * height * width, height, width, g.pad_h, g.pad_w, wp, padded, in.data());
+        pad_plane(grad + plane * g.out_h * g.out_w, g.out_h, g.out_w, 0, 0, wp, len, d.data());
+        tap_sums(d.data(), in.data(), off.data(), taps, len, total.data());
+      }
+      for (int64_t k = 0; k < taps; ++k) out[c * taps + k] = convert<T>(total[static_cast<size_t>(k)]);
+    }
+  });
+}
+
+}  // namespace
+
 void depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y) {
+  if (depthwise_grid_applies(g)) {
+    return visit_floating_dtype(x.dtype(), [&](auto t) { depthwise_grid_forward<decltype(t)>(x, w, b, g, y); });
+  }
   const int64_t channels = x.size(1), height = x.size(2), width = x.size(3), out_l = g.out_h * g.out_w;
   const TapRanges ranges(g, height, width);
   visit_floating_dtype(x.dtype(), [&](auto t) {
@@ -198,6 +442,11 @@ void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& d
   visit_floating_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using C = ComputeType<T>;
+    if (depthwise_grid_applies(g)) {
+      if (dx.defined() && dx.numel() > 0) depthwise_grid_input_grad<T>(w, dy, g, dx);
+      if (dw.defined() && dw.numel() > 0) depthwise_grid_weight_grad<T>(x, dy, g, dw);
+      return;
+    }
     const T* src = x.data<T>();
     const T* filt = w.data<T>();
     const T* grad = dy.data<T>();

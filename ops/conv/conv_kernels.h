@@ -128,9 +128,11 @@ inline void depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, 
 
 // Its gradients from dy [N, C, Ho, Wo]: dx (x's shape) = each pixel's sum of dy w over the windows
 // that read it; dw (w's shape) = sum over n and the outputs of dy x at each tap, in double. Either
-// may be undefined when not needed; both are overwritten (dw: on the CPU each sample's products
-// summed over the rows in the compute type per output column, the columns in double; on CUDA
-// every product in double).
+// may be undefined when not needed; both are overwritten (dw on the CPU: float sums of each
+// sample's products over short runs, per output column or, at stride 1, over blocks of 512
+// positions in vector lanes, added in double; on CUDA every product in double).
+// On the CPU a stride-1, undilated depthwise convolution with padding below the kernel runs over
+// a zero-padded copy of each plane, on the padded-width grid (conv_cpu.cc), the others row by row.
 namespace cpu {
 void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvGeometry& g, Tensor& dx,
                                Tensor& dw);
