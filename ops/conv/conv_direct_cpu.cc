@@ -432,11 +432,13 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
   p.padded_h = p.height + 2 * p.pad_h;
   p.padded_w = p.width + 2 * p.pad_w;
   const int64_t plane = p.padded_h * p.padded_w, per_sample = p.channels * plane;
-  // The grid in blocks of about 512 positions (a multiple of 32), as even as they come.
-  const int64_t grid = p.out_h * p.padded_w, blocks = (grid + 511) / 512;
+  // The grid in blocks of about 2 KB of each row (512 float or 1024 bfloat16 positions, a multiple
+  // of 32), as even as they come.
+  constexpr int64_t kBlock = 2048 / sizeof(T);
+  const int64_t grid = p.out_h * p.padded_w, blocks = (grid + kBlock - 1) / kBlock;
   const int64_t len = ((grid + blocks - 1) / blocks + 31) / 32 * 32, grid_len = blocks * len;
-  // Small planes: a block runs over a group of samples, so the sums are reduced every ~1024 positions.
-  const int64_t group = std::max<int64_t>(1, 1024 / grid_len);
+  // Small planes: a block runs over a group of samples, so the sums are reduced every ~2 blocks.
+  const int64_t group = std::max<int64_t>(1, 2 * kBlock / grid_len);
   const int64_t taps = p.channels * p.kh * p.kw;
   // Past the last sample's last plane, its last block's windows reach grid_len - grid + kw - 1.
   const int64_t slack = grid_len - grid + p.kw + 32;
