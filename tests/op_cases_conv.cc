@@ -43,6 +43,9 @@ void append_conv_cases(std::vector<OpCase>& cases) {
       {"conv2d_depthwise_grid", {2, 3, 6, 7}, {3, 1, 3, 3}, true, {.padding = {1, 1}, .groups = 3}},
       {"conv2d_depthwise_grid_small_input", {1, 2, 3, 4}, {2, 1, 5, 5}, false, {.padding = {2, 2}, .groups = 2}},
       {"conv2d_depthwise_grid_odd", {2, 2, 5, 4}, {2, 1, 2, 3}, true, {.padding = {0, 2}, .groups = 2}},
+      // A grid of 17 x 32 = 544 positions: several 32-output blocks, the weight gradient's sums in
+      // two blocks of 512.
+      {"conv2d_depthwise_grid_long", {1, 2, 17, 30}, {2, 1, 3, 3}, true, {.padding = {1, 1}, .groups = 2}},
       {"conv2d_depthwise_multiplier", {1, 2, 5, 5}, {4, 1, 3, 3}, true, {.padding = {1, 1}, .groups = 2}},
       {"conv2d_1x1", {2, 5, 4, 3}, {7, 5, 1, 1}, true, {}},
       {"conv2d_odd", {3, 2, 5, 7}, {2, 2, 2, 4}, true, {.stride = {3, 2}, .padding = {0, 2}, .dilation = {1, 2}}},

@@ -165,9 +165,11 @@ namespace {
 // tap's loop at a 56 x 56 plane was 56 long; here it is Ho Wp.
 // The input gradient is the same over dy padded by the kernel less 1 less the padding, with the
 // taps turned; the weight gradient reduces dy on the grid (zeros in the dropped columns) against
-// the padded x. Each output sums the same taps in the same order as the row-by-row loops, the
-// padding's taps adding zeros, so the forward and input gradient give their bits for finite
-// values.
+// the padded x. Each output sums the same taps in the same order as the row-by-row loops (whose
+// multiply-adds the optimised build fuses), the padding's taps adding zeros: the forward and input
+// gradient give their bits for finite values, but for the sign of an exact zero (a bias of -0).
+// Like the direct convolution, the grid multiplies padding and dropped columns by real values: an
+// infinite weight or x can give NaN where the row-by-row loops, which skip them, give an infinity.
 bool depthwise_grid_applies(const ConvGeometry& g) {
   return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.pad_h < g.kh &&
          g.pad_w < g.kw;
@@ -253,50 +255,42 @@ void plane_taps(const T* w, const ConvGeometry& g, int64_t row_len, bool turned,
   }
 }
 
+// Each (sample, channel) plane of src ([planes, rows, cols]) convolved on the grid into dst
+// ([planes, out_rows, out_cols]): padded by `top` rows and `left` columns on both sides, its
+// channel's taps (turned or not) starting from bias[c] (or zero). The forward runs it on x, the
+// input gradient on dy with the turned taps.
 template <typename T>
-void depthwise_grid_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y) {
+void convolve_planes(const T* src, int64_t planes, int64_t channels, int64_t rows, int64_t cols, int64_t top,
+                     int64_t left, const T* w, bool turned, const T* bias, const ConvGeometry& g, int64_t out_rows,
+                     int64_t out_cols, T* dst) {
   using C = ComputeType<T>;
-  const int64_t channels = x.size(1), height = x.size(2), width = x.size(3);
-  const int64_t wp = width + 2 * g.pad_w, padded = (height + 2 * g.pad_h) * wp + g.kw, len = g.out_h * wp;
-  const T* src = x.data<T>();
-  const T* filt = w.data<T>();
-  const T* bias = b.defined() ? b.data<T>() : nullptr;
-  T* dst = y.data<T>();
-  parallel_range(x.size(0) * channels, grain_for(len * g.kh * g.kw), [&](int64_t lo, int64_t hi) {
-    const int64_t taps = g.kh * g.kw;
+  const int64_t row_len = cols + 2 * left, padded = (rows + 2 * top) * row_len + g.kw, len = out_rows * row_len;
+  const int64_t taps = g.kh * g.kw;
+  parallel_range(planes, grain_for(len * taps), [&](int64_t lo, int64_t hi) {
     std::vector<C> in(static_cast<size_t>(padded)), acc(static_cast<size_t>(len)), w_c(static_cast<size_t>(taps));
     std::vector<int64_t> off(static_cast<size_t>(taps));
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t c = item % channels;
-      pad_plane(src + item * height * width, height, width, g.pad_h, g.pad_w, wp, padded, in.data());
-      plane_taps(filt + c * taps, g, wp, false, w_c.data(), off.data());
+      pad_plane(src + item * rows * cols, rows, cols, top, left, row_len, padded, in.data());
+      plane_taps(w + c * taps, g, row_len, turned, w_c.data(), off.data());
       grid_taps(w_c.data(), off.data(), taps, in.data(), len, bias == nullptr ? C(0) : load(bias[c]), acc.data());
-      crop_grid(acc.data(), g.out_h, g.out_w, wp, dst + item * g.out_h * g.out_w);
+      crop_grid(acc.data(), out_rows, out_cols, row_len, dst + item * out_rows * out_cols);
     }
   });
 }
 
 template <typename T>
+void depthwise_grid_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y) {
+  convolve_planes(x.data<T>(), x.size(0) * x.size(1), x.size(1), x.size(2), x.size(3), g.pad_h, g.pad_w, w.data<T>(),
+                  false, b.defined() ? b.data<T>() : nullptr, g, g.out_h, g.out_w, y.data<T>());
+}
+
+// dx is the stride-1 convolution of dy padded by the kernel less 1 less the padding, taps turned.
+template <typename T>
 void depthwise_grid_input_grad(const Tensor& w, const Tensor& dy, const ConvGeometry& g, Tensor& dx) {
-  using C = ComputeType<T>;
-  const int64_t channels = dx.size(1), height = dx.size(2), width = dx.size(3);
-  const int64_t top = g.kh - 1 - g.pad_h, left = g.kw - 1 - g.pad_w;
-  const int64_t wq = g.out_w + 2 * left, padded = (g.out_h + 2 * top) * wq + g.kw, len = height * wq;
-  const T* grad = dy.data<T>();
-  const T* filt = w.data<T>();
-  T* dst = dx.data<T>();
-  parallel_range(dx.size(0) * channels, grain_for(len * g.kh * g.kw), [&](int64_t lo, int64_t hi) {
-    const int64_t taps = g.kh * g.kw;
-    std::vector<C> in(static_cast<size_t>(padded)), acc(static_cast<size_t>(len)), w_c(static_cast<size_t>(taps));
-    std::vector<int64_t> off(static_cast<size_t>(taps));
-    for (int64_t item = lo; item < hi; ++item) {
-      const int64_t c = item % channels;
-      pad_plane(grad + item * g.out_h * g.out_w, g.out_h, g.out_w, top, left, wq, padded, in.data());
-      plane_taps(filt + c * taps, g, wq, true, w_c.data(), off.data());
-      grid_taps(w_c.data(), off.data(), taps, in.data(), len, C(0), acc.data());
-      crop_grid(acc.data(), height, width, wq, dst + item * height * width);
-    }
-  });
+  convolve_planes(dy.data<T>(), dx.size(0) * dx.size(1), dx.size(1), g.out_h, g.out_w, g.kh - 1 - g.pad_h,
+                  g.kw - 1 - g.pad_w, w.data<T>(), true, static_cast<const T*>(nullptr), g, dx.size(2), dx.size(3),
+                  dx.data<T>());
 }
 
 // total[t] += sum over q < len of d[q] x[q + off[t]], for the n taps from off: the products in

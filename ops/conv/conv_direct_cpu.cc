@@ -313,8 +313,8 @@ void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan
 // dw[o, (c, i, j)] = sum over samples and grid positions q of dyg[o, q] xp[c, q + i Wp + j], where
 // dyg is dy on the padded-width grid with zeros at the dropped columns (ow >= Wo) and past the
 // grid: a GEMM whose long reduction runs over q. A tile of kO output channels x kK taps keeps one
-// vector of float partial sums per pair, in registers over a block of about 512 positions of a
-// group of samples (dy rows and x windows of the block stay in L2 while every tile passes over
+// vector of float partial sums per pair, in registers over a block of about 2 KB of each row (512
+// float or 1024 bfloat16 positions) of a group of samples (dy rows and x windows of the block stay in L2 while every tile passes over
 // them) and in memory between blocks; its lanes are added in double at the end. Bfloat16 takes
 // positions (q, q + 1) as the pairs of VDPBF16PS: both operands are runs of memory, so pairs need
 // no rearranging.
@@ -437,7 +437,8 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
   constexpr int64_t kBlock = 2048 / sizeof(T);
   const int64_t grid = p.out_h * p.padded_w, blocks = (grid + kBlock - 1) / kBlock;
   const int64_t len = ((grid + blocks - 1) / blocks + 31) / 32 * 32, grid_len = blocks * len;
-  // Small planes: a block runs over a group of samples, so the sums are reduced every ~2 blocks.
+  // Small planes: a block runs over a group of samples, so a tile's partial sums go to memory
+  // after about two blocks' worth of positions, not after every sample.
   const int64_t group = std::max<int64_t>(1, 2 * kBlock / grid_len);
   const int64_t taps = p.channels * p.kh * p.kw;
   // Past the last sample's last plane, its last block's windows reach grid_len - grid + kw - 1.
