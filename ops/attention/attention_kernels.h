@@ -38,7 +38,7 @@ struct AttentionShape {
   int64_t batch = 0, tq = 0, tk = 0, d = 0, dv = 0;
   bool causal = false;
   double scale = 1.0;  // the scores' factor, 1 / sqrt(D)
-  RowLayout q, k, v, out;
+  RowLayout q{}, k{}, v{}, out{};  // where each operand's rows lie (with_contiguous_layouts, or views)
 
   /// Every operand a contiguous [batch, rows, cols] tensor.
   AttentionShape with_contiguous_layouts() const {
