@@ -243,16 +243,16 @@ void grid_taps(const C* w, const int64_t* off, int64_t taps, const C* in, int64_
   }
 }
 
-// A plane's taps in the compute type, and where each reads the padded grid: i row_len + j, or
-// turned (the input gradient's), (kh - 1 - i) row_len + (kw - 1 - j).
-template <typename T, typename C>
-void plane_taps(const T* w, const ConvGeometry& g, int64_t row_len, bool turned, C* taps, int64_t* off) {
+// Where each tap (i, j), in order, reads the padded grid: i row_len + j, or turned (the input
+// gradient's), (kh - 1 - i) row_len + (kw - 1 - j). The same for every plane of a call.
+std::vector<int64_t> tap_offsets(const ConvGeometry& g, int64_t row_len, bool turned) {
+  std::vector<int64_t> off;
   for (int64_t i = 0; i < g.kh; ++i) {
     for (int64_t j = 0; j < g.kw; ++j) {
-      taps[i * g.kw + j] = load(w[i * g.kw + j]);
-      off[i * g.kw + j] = turned ? (g.kh - 1 - i) * row_len + (g.kw - 1 - j) : i * row_len + j;
+      off.push_back(turned ? (g.kh - 1 - i) * row_len + (g.kw - 1 - j) : i * row_len + j);
     }
   }
+  return off;
 }
 
 // Each (sample, channel) plane of src ([planes, rows, cols]) convolved on the grid into dst
@@ -266,13 +266,13 @@ void convolve_planes(const T* src, int64_t planes, int64_t channels, int64_t row
   using C = ComputeType<T>;
   const int64_t row_len = cols + 2 * left, padded = (rows + 2 * top) * row_len + g.kw, len = out_rows * row_len;
   const int64_t taps = g.kh * g.kw;
+  const std::vector<int64_t> off = tap_offsets(g, row_len, turned);
   parallel_range(planes, grain_for(len * taps), [&](int64_t lo, int64_t hi) {
     std::vector<C> in(static_cast<size_t>(padded)), acc(static_cast<size_t>(len)), w_c(static_cast<size_t>(taps));
-    std::vector<int64_t> off(static_cast<size_t>(taps));
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t c = item % channels;
       pad_plane(src + item * rows * cols, rows, cols, top, left, row_len, padded, in.data());
-      plane_taps(w + c * taps, g, row_len, turned, w_c.data(), off.data());
+      for (int64_t t = 0; t < taps; ++t) w_c[static_cast<size_t>(t)] = load(w[c * taps + t]);
       grid_taps(w_c.data(), off.data(), taps, in.data(), len, bias == nullptr ? C(0) : load(bias[c]), acc.data());
       crop_grid(acc.data(), out_rows, out_cols, row_len, dst + item * out_rows * out_cols);
     }
@@ -311,7 +311,8 @@ void tap_sums_plain(const C* d, const C* x, const int64_t* off, int64_t n, int64
 #if defined(__AVX2__) && defined(__FMA__)
 // The 8 lanes of v added in double.
 inline double lane_sum(__m256 v) {
-  const __m256d wide = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  const __m256d wide =
+      _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
   const __m128d half = _mm_add_pd(_mm256_castpd256_pd128(wide), _mm256_extractf128_pd(wide, 1));
   return _mm_cvtsd_f64(_mm_add_sd(half, _mm_unpackhi_pd(half, half)));
 }
@@ -362,10 +363,7 @@ void depthwise_grid_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeo
   const T* src = x.data<T>();
   const T* grad = dy.data<T>();
   T* out = dw.data<T>();
-  std::vector<int64_t> off(static_cast<size_t>(taps));
-  for (int64_t i = 0; i < g.kh; ++i) {
-    for (int64_t j = 0; j < g.kw; ++j) off[static_cast<size_t>(i * g.kw + j)] = i * wp + j;
-  }
+  const std::vector<int64_t> off = tap_offsets(g, wp, false);
   parallel_range(channels, 1, [&](int64_t lo, int64_t hi) {
     std::vector<C> in(static_cast<size_t>(padded)), d(static_cast<size_t>(len));
     std::vector<double> total(static_cast<size_t>(taps));

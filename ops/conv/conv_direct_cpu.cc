@@ -314,10 +314,10 @@ void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan
 // dyg is dy on the padded-width grid with zeros at the dropped columns (ow >= Wo) and past the
 // grid: a GEMM whose long reduction runs over q. A tile of kO output channels x kK taps keeps one
 // vector of float partial sums per pair, in registers over a block of about 2 KB of each row (512
-// float or 1024 bfloat16 positions) of a group of samples (dy rows and x windows of the block stay in L2 while every tile passes over
-// them) and in memory between blocks; its lanes are added in double at the end. Bfloat16 takes
-// positions (q, q + 1) as the pairs of VDPBF16PS: both operands are runs of memory, so pairs need
-// no rearranging.
+// float or 1024 bfloat16 positions) of a group of samples (dy rows and x windows of the block stay
+// in L2 while every tile passes over them) and in memory between blocks; its lanes are added in
+// double at the end. Bfloat16 takes positions (q, q + 1) as the pairs of VDPBF16PS: both operands
+// are runs of memory, so pairs need no rearranging.
 
 // p rounded up to a 64-byte boundary (a buffer allocated 16 floats longer holds what follows).
 inline float* align_64(float* p) {
