@@ -9,11 +9,16 @@
 #include "framework/parallel.h"
 #include "ops/math.h"
 #include "ops/softmax/softmax_kernels.h"
+#include "ops/softmax/softmax_rows_cpu.h"
 #include "ops/strided.h"
 
 namespace ampgrad::kernels::cpu {
 
 namespace {
+
+using rows::finite_shift;
+using rows::row_max;
+using rows::sum_exp;
 
 // Runs fn(row, base, buffer) for every row (o, i) of the view, on the pool; base is the offset
 // of the row's first element and its elements are inner apart.
@@ -38,54 +43,6 @@ void gather(const T* src, int64_t base, int64_t stride, int64_t n, C* dst) {
 template <typename T, typename C>
 void scatter(const C* src, int64_t n, T* dst, int64_t base, int64_t stride) {
   for (int64_t j = 0; j < n; ++j) dst[base + j * stride] = store<T>(src[j]);
-}
-
-// The row loops below run in kLanes independent lanes, which the compiler vectorises: a maximum is
-// the same in any order (a NaN is passed over, as std::max does), and a double sum of exponentials
-// only changes its rounding order. One lane each, they had stayed scalar (2 ns a logit: 2.4% of a
-// GPT-2-small step with its 50304 classes).
-constexpr int64_t kLanes = 16;
-
-template <typename C>
-C row_max(const C* v, int64_t n) {
-  const int64_t whole = n / kLanes * kLanes;
-  C lanes[kLanes];
-  std::fill_n(lanes, kLanes, -std::numeric_limits<C>::infinity());
-  for (int64_t j = 0; j < whole; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = std::max(lanes[l], v[j + l]);
-  }
-  C max = -std::numeric_limits<C>::infinity();
-  for (int64_t j = whole; j < n; ++j) max = std::max(max, v[j]);
-  for (int64_t l = 0; l < kLanes; ++l) max = std::max(max, lanes[l]);
-  return max;
-}
-
-// A row of -inf has no finite maximum: subtract 0, so exp gives 0 and the row NaN, as PyTorch.
-template <typename C>
-C finite_shift(C max) {
-  return max == -std::numeric_limits<C>::infinity() ? C(0) : max;
-}
-
-// sum_j exp(v[j] - shift) in double; with kStore, each exponential also goes to out[j].
-template <bool kStore, typename C>
-double sum_exp(const C* v, int64_t n, C shift, C* out = nullptr) {
-  const int64_t whole = n / kLanes * kLanes;
-  double lanes[kLanes] = {};
-  for (int64_t j = 0; j < whole; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const C e = math::exp(v[j + l] - shift);
-      if constexpr (kStore) out[j + l] = e;
-      lanes[l] += static_cast<double>(e);
-    }
-  }
-  double sum = 0.0;
-  for (int64_t j = whole; j < n; ++j) {
-    const C e = math::exp(v[j] - shift);
-    if constexpr (kStore) out[j] = e;
-    sum += static_cast<double>(e);
-  }
-  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
-  return sum;
 }
 
 // softmax in place over n values, of which the first `valid` take part (the rest are masked: 0).
