@@ -60,7 +60,7 @@ std::string name_of(const AttentionCase& c, DType dtype) {
 std::vector<AttentionCase> attention_cases() {
   std::vector<AttentionCase> cases;
   for (const bool causal : {false, true}) {
-    for (const int64_t t : {1, 63, 64, 65, 130}) {
+    for (const int64_t t : {1, 63, 64, 65, 127, 128, 129}) {
       for (const int64_t d : {16, 64, 80, 128}) {
         cases.push_back({.batch = 1, .heads = 2, .tq = t, .tk = t, .d = d, .dv = d, .causal = causal});
       }

@@ -15,8 +15,9 @@ struct AttentionCase {
   bool causal = false;
 };
 
-/// Ragged lengths (1, 63, 64, 65, 130) x head sizes (16, 64, 80, 128), causal or not; then long
-/// (1000) and unequal (Tq 65 / Tk 200, Tq 200 / Tk 65, with Dv != D) sequences.
+/// Ragged lengths (1, 63, 64, 65, 127, 128, 129: about the CUDA and CPU tiles' edges) x head sizes
+/// (16, 64, 80, 128), causal or not; then long (1000) and unequal (Tq 65 / Tk 200, Tq 200 / Tk 65,
+/// with Dv != D) sequences.
 std::vector<AttentionCase> attention_cases();
 
 /// For each of `dtypes` on `device`: the fused path's worst error (output and each gradient,

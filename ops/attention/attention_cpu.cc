@@ -23,6 +23,10 @@ namespace ampgrad::kernels::cpu {
 
 namespace {
 
+using rows::finite_shift;
+using rows::row_max;
+using rows::sum_exp;
+
 // A 128 x 128 float score tile is 64 KiB (in L2). Each tile product packs its operands, so taller
 // query tiles pack k and v for more rows at once: 64 -> 128 rows took causal attention at T = 1024
 // ([2, 12, T, 64], forward + backward, one thread) 2% faster in float32 and 5% in bfloat16.
@@ -123,12 +127,12 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
           scale_and_mask(scores.data(), rows, cols, i0, j0, s);
           // The online softmax: a row's running maximum m and sum l; an earlier tile's share of
           // the sum and of the output is rescaled by exp(m_old - m_new) when the maximum grows.
-          // The maximum and the sum run in vector lanes (rows::), and a masked score (-inf) gives 0.
+          // The maximum and the sum run in vector lanes (softmax_rows_cpu.h); a masked score (-inf) gives 0.
           for (int64_t r = 0; r < rows; ++r) {
             float* p = scores.data() + r * cols;
-            const float m = std::max(max[r], rows::row_max(p, cols));
+            const float m = std::max(max[r], row_max(p, cols));
             const float rescale = math::exp(max[r] - m);  // 0 on the first tile (m_old = -inf)
-            const double tile_sum = rows::sum_exp<true>(p, cols, rows::finite_shift(m), p);
+            const double tile_sum = sum_exp<true>(p, cols, finite_shift(m), p);
             sum[r] = sum[r] * rescale + static_cast<float>(tile_sum);
             max[r] = m;
             if (rescale != 1.0f) {

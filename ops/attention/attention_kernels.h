@@ -76,8 +76,9 @@ inline void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 // dq, dk, dv (q's, k's, v's shapes and dtype) from the forward's out and lse and the output's
 // gradient dout: dv = P^T dout, dS = P (dout v^T - rowsum(dout out)), dq = dS k scale,
 // dk = dS^T q scale, with P recomputed tile by tile. Each is summed in float32 and rounded once
-// (CUDA's tensor cores take P and dS rounded to the inputs' dtype, as FlashAttention's); no
-// atomics on either backend, so the gradients are deterministic.
+// (the products take P and dS rounded to the inputs' dtype, as FlashAttention's: on CUDA's tensor
+// cores for float16 and bfloat16, on the CPU for bfloat16); no atomics on either backend, so the
+// gradients are deterministic.
 namespace cpu {
 void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& dout, const AttentionShape& shape, Tensor& dq, Tensor& dk, Tensor& dv);
