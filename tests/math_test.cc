@@ -1,15 +1,23 @@
 // The float32 approximations of ops/math.h against double: within 2 ulp over the whole useful range
 // (a dense sweep plus every power of two), and exact at the special values (0, +-inf, NaN,
-// subnormal results and inputs).
+// subnormal results and inputs). The CPU's unary kernels give the same bits at every
+// instruction-set level they pick at run time.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include <vector>
 
+#include "framework/cpu_features.h"
+#include "framework/tensor.h"
+#include "ops/elementwise/elementwise_kernels.h"
+#include "ops/elementwise/unary_math.h"
 #include "ops/math.h"
 
+namespace ag = ampgrad;
 namespace math = ampgrad::kernels::math;
 
 namespace {
@@ -77,6 +85,63 @@ TEST(FastMath, TanhWithinTwoUlps) {
   EXPECT_EQ(math::tanh(-std::numeric_limits<float>::infinity()), -1.0f);
   EXPECT_TRUE(std::isnan(math::tanh(std::nanf(""))));
   EXPECT_TRUE(std::signbit(math::tanh(-0.0f)));
+}
+
+// Every 4099th float bit pattern (all signs, exponents and specials' neighbourhoods), a dense
+// sweep of [-12, 12] and the special values, as `dtype`.
+ag::Tensor unary_inputs(ag::DType dtype) {
+  std::vector<double> values;
+  for (uint64_t u = 0; u <= 0xffffffffu; u += 4099) {
+    float f;
+    const auto bits = static_cast<uint32_t>(u);
+    std::memcpy(&f, &bits, sizeof f);
+    values.push_back(f);
+  }
+  for (int i = -120000; i <= 120000; ++i) values.push_back(i * 1e-4);
+  for (double v : {0.0, -0.0, 1e-45, -1e-45, 88.72, 89.0, -104.0, -110.0}) values.push_back(v);
+  values.push_back(std::numeric_limits<double>::infinity());
+  values.push_back(-std::numeric_limits<double>::infinity());
+  values.push_back(std::numeric_limits<double>::quiet_NaN());
+  return ag::Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, ag::DType::kFloat64).to(dtype);
+}
+
+// Bit for bit (NaNs of either sign and payload count as equal).
+bool same_bits(const ag::Tensor& a, const ag::Tensor& b) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (std::memcmp(&x[i], &y[i], sizeof(double)) != 0) return false;
+  }
+  return x.size() == y.size();
+}
+
+TEST(UnaryKernels, EveryLevelGivesTheBaselinesBits) {
+  using ag::CpuIsa;
+  if (!ag::cpu_supports(CpuIsa::kAvx512)) {
+    GTEST_SKIP() << "the AVX-512 loops cannot run here: " << ag::cpu_unsupported_reason(CpuIsa::kAvx512);
+  }
+  if (static_cast<int>(ag::effective_cpu_isa()) < static_cast<int>(CpuIsa::kAvx512)) {
+    GTEST_SKIP() << "AMPGRAD_CPU_ISA caps the level below avx512";
+  }
+  constexpr size_t kOps = std::tuple_size_v<ag::kernels::UnaryFormulas>;
+  for (ag::DType dtype : {ag::DType::kFloat32, ag::DType::kFloat64, ag::DType::kBFloat16, ag::DType::kFloat16}) {
+    const ag::Tensor x = unary_inputs(dtype);
+    const ag::Tensor dy = ag::Tensor::from_vector(std::vector<double>(static_cast<size_t>(x.numel()), 0.75),
+                                                  x.shape(), ag::DType::kFloat64).to(dtype);
+    for (size_t i = 0; i < kOps; ++i) {
+      const auto op = static_cast<ag::kernels::UnaryOp>(i);
+      ag::Tensor y[2], dx[2];
+      const CpuIsa levels[2] = {CpuIsa::kBaseline, CpuIsa::kAvx512};
+      for (int l = 0; l < 2; ++l) {
+        y[l] = ag::Tensor::empty(x.shape(), dtype);
+        dx[l] = ag::Tensor::empty(x.shape(), dtype);
+        ag::kernels::cpu::unary(op, x, y[l], levels[l]);
+        ag::kernels::cpu::unary_backward(op, x, y[0], dy, dx[l], levels[l]);
+      }
+      EXPECT_TRUE(same_bits(y[0], y[1])) << "forward of formula " << i << " in " << ag::dtype_name(dtype);
+      EXPECT_TRUE(same_bits(dx[0], dx[1])) << "backward of formula " << i << " in " << ag::dtype_name(dtype);
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // Callers have checked shapes, dtypes and devices; outputs are preallocated and overwritten.
 #pragma once
 
+#include "framework/cpu_features.h"
 #include "framework/device.h"
 #include "framework/tensor.h"
 
@@ -42,13 +43,18 @@ inline void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 // in UnaryFormulas there, as unary_op<Formula>() gives it.
 enum class UnaryOp : uint8_t {};
 
-// y = f(x), same shape.
-namespace cpu { void unary(UnaryOp op, const Tensor& x, Tensor& y); }
+// y = f(x), same shape. On the CPU, `isa` caps the instruction-set level of the formula's loops
+// (kNative: whatever effective_cpu_isa() allows); the tests run each level against the baseline's
+// bits.
+namespace cpu { void unary(UnaryOp op, const Tensor& x, Tensor& y, CpuIsa isa = CpuIsa::kNative); }
 namespace cuda { void unary(UnaryOp op, const Tensor& x, Tensor& y); }
 inline void unary(UnaryOp op, const Tensor& x, Tensor& y) { AG_ON_BACKEND(y.device(), unary, op, x, y); }
 
 // dx = dy * f'(x), from x, the forward's output y = f(x) and dy (same shapes).
-namespace cpu { void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx); }
+namespace cpu {
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx,
+                    CpuIsa isa = CpuIsa::kNative);
+}
 namespace cuda { void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx); }
 inline void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   AG_ON_BACKEND(dx.device(), unary_backward, op, x, y, dy, dx);
