@@ -156,10 +156,11 @@ void map_rows(int64_t n, F&& f) {
 }
 
 // A formula over a block of compute-type values. The loops are compiled for the build's baseline
-// (AVX2: 8 floats to a vector) and again for AVX-512 (16), picked per call (wide_loops). The
-// formulas are selects without branches, so both give the same bits (tests/math_test.cc holds
-// them to it); at [2048, 1536] float32 the AVX-512 loops take GELU's forward from 3.9 to 2.5 ms on
-// one Zen 4 core.
+// (AVX2: 8 floats to a vector) and again for AVX-512 (16), picked per call (wide_loops). Both run
+// the same operations in the same order per element, with the same FMA contractions (the
+// baseline has FMA too) and no reassociation, so they give the same bits (tests/math_test.cc
+// holds them to it). At [2048, 1536] float32 the AVX-512 loops take GELU's (tanh) forward from 3.9
+// to 2.5 ms on one Zen 4 core; formulas that call libm per value (float64, exact GELU) gain little.
 template <typename F, typename C>
 [[gnu::always_inline]] inline void forward_block(const C* x, C* y, int64_t n) {
   for (int64_t j = 0; j < n; ++j) y[j] = F::template forward<C>(x[j]);
@@ -169,7 +170,7 @@ template <typename F, typename C>
   for (int64_t j = 0; j < n; ++j) dx[j] = F::template backward<C>(x[j], y[j], dy[j]);
 }
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)  // FMA: the same contractions as the baseline
 #define AMPGRAD_UNARY_AVX512 1
 template <typename F, typename C>
 [[gnu::target(AMPGRAD_AVX512_FEATURES ",prefer-vector-width=512")]] void forward_block_avx512(const C* x, C* y,
@@ -184,7 +185,8 @@ template <typename F, typename C>
 }
 #endif
 
-// Whether the AVX-512 loops run: the level effective_cpu_isa() allows, capped by `isa`.
+// Whether the AVX-512 loops run: the level effective_cpu_isa() allows (AMPGRAD_CPU_ISA and the
+// CPU), capped by `isa`.
 bool wide_loops(CpuIsa isa) {
 #ifdef AMPGRAD_UNARY_AVX512
   const int level = std::min(static_cast<int>(isa), static_cast<int>(effective_cpu_isa()));

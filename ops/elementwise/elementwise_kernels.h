@@ -44,8 +44,8 @@ inline void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 enum class UnaryOp : uint8_t {};
 
 // y = f(x), same shape. On the CPU, `isa` caps the instruction-set level of the formula's loops
-// (kNative: whatever effective_cpu_isa() allows); the tests run each level against the baseline's
-// bits.
+// below what effective_cpu_isa() allows (kNative: no further cap; unlike the GEMM's kernel choice,
+// it never lifts AMPGRAD_CPU_ISA's cap); the tests run each level against the baseline's bits.
 namespace cpu { void unary(UnaryOp op, const Tensor& x, Tensor& y, CpuIsa isa = CpuIsa::kNative); }
 namespace cuda { void unary(UnaryOp op, const Tensor& x, Tensor& y); }
 inline void unary(UnaryOp op, const Tensor& x, Tensor& y) { AG_ON_BACKEND(y.device(), unary, op, x, y); }
