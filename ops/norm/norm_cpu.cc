@@ -15,6 +15,22 @@ void widen(const T* src, int64_t n, C* dst) {
   for (int64_t j = 0; j < n; ++j) dst[j] = load(src[j]);
 }
 
+// sum_{j < n} term(j) in double, in kLanes independent lanes, which the compiler vectorises. In
+// one lane every add waits on the one before: a row's sums had taken about 4 cycles a value.
+template <typename Term>
+double lane_sum(int64_t n, Term&& term) {
+  constexpr int64_t kLanes = 8;
+  double lanes[kLanes] = {};
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t j = 0; j < whole; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
+  }
+  double sum = 0.0;
+  for (int64_t j = whole; j < n; ++j) sum += term(j);
+  for (const double lane : lanes) sum += lane;
+  return sum;
+}
+
 }  // namespace
 
 void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean, Tensor& rstd) {
@@ -35,14 +51,13 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, T
       if (pb != nullptr) widen(pb, cols, bias.data());
       for (int64_t r = lo; r < hi; ++r) {
         widen(in + r * cols, cols, row.data());
-        double sum = 0.0;
-        for (int64_t j = 0; j < cols; ++j) sum += static_cast<double>(row[static_cast<size_t>(j)]);
+        const C* v = row.data();
+        const double sum = lane_sum(cols, [v](int64_t j) { return static_cast<double>(v[j]); });
         const double mu = sum / static_cast<double>(cols);
-        double sq = 0.0;
-        for (int64_t j = 0; j < cols; ++j) {
-          const double d = static_cast<double>(row[static_cast<size_t>(j)]) - mu;
-          sq += d * d;
-        }
+        const double sq = lane_sum(cols, [v, mu](int64_t j) {
+          const double d = static_cast<double>(v[j]) - mu;
+          return d * d;
+        });
         const double inv = 1.0 / std::sqrt(sq / static_cast<double>(cols) + eps);
         const C m = static_cast<C>(mu), s = static_cast<C>(inv);
         for (int64_t j = 0; j < cols; ++j) {
@@ -75,16 +90,17 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
       if (pw != nullptr) widen(pw, cols, weight.data());
       for (int64_t r = lo; r < hi; ++r) {
         const C m = static_cast<C>(pmean[r]), s = static_cast<C>(prstd[r]);
-        double g_sum = 0.0, gx_sum = 0.0;
         for (int64_t j = 0; j < cols; ++j) {
           const size_t k = static_cast<size_t>(j);
           xhat[k] = (load(in[r * cols + j]) - m) * s;
           const C d = load(pdy[r * cols + j]);
           g[k] = d * weight[k];
-          g_sum += static_cast<double>(g[k]);
-          gx_sum += static_cast<double>(g[k]) * static_cast<double>(xhat[k]);
           if (pdyx != nullptr) pdyx[r * cols + j] = store<T>(d * xhat[k]);
         }
+        const C *pg = g.data(), *px = xhat.data();
+        const double g_sum = lane_sum(cols, [pg](int64_t j) { return static_cast<double>(pg[j]); });
+        const double gx_sum =
+            lane_sum(cols, [pg, px](int64_t j) { return static_cast<double>(pg[j]) * static_cast<double>(px[j]); });
         if (pdx == nullptr) continue;
         const C g_mean = static_cast<C>(g_sum / static_cast<double>(cols));
         const C gx_mean = static_cast<C>(gx_sum / static_cast<double>(cols));
