@@ -14,6 +14,10 @@
 //                             projection [2, 256, 2304] to the merged [2, 256, 768], forward +
 //                             backward: split into heads, fused attention and merge (copies each
 //                             way), or self_attention reading the heads in place; same FLOP
+//   gelu_{fp32,bf16}          tanh GELU over [2048, 1536] (the 6-layer GPT's MLP activations)
+//   layer_norm_{fp32,bf16}    layer norm with weight and bias over [2048, 384] (its residual stream);
+//                             both forward + backward of the sum; bytes: x read twice, dy read, y
+//                             and dx written
 //   adamw_fp32                AdamW's step over 16M float32 parameters in 8 tensors with their
 //                             gradients (reads w, g, m, v and writes w, m, v: 28 bytes a parameter)
 //   conv_{cnn,resnet}_{fp32,bf16}
@@ -120,6 +124,21 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
                                                      Tensor(w).set_grad(Tensor());
                                                    },
                                                    0, flop});
+  }
+  if (name.starts_with("gelu_") || name.starts_with("layer_norm_")) {
+    const bool gelu = name.starts_with("gelu_");
+    const DType op_dtype = name.ends_with("_bf16") ? DType::kBFloat16 : DType::kFloat32;
+    Tensor x = randn(gelu ? Shape{2048, 1536} : Shape{2048, 384}, op_dtype);
+    x.set_requires_grad(true);
+    const Tensor w = randn({384}, op_dtype), b = randn({384}, op_dtype);
+    const double bytes = 5.0 * static_cast<double>(x.numel() * element_size(op_dtype));
+    return std::make_unique<OpWorkload>(OpWorkload{[x, w, b, gelu] {
+                                                     const Tensor y = gelu ? ops::gelu(x, ops::GeluApproximation::kTanh)
+                                                                           : ops::layer_norm(x, w, b);
+                                                     ops::sum(y).backward();
+                                                     Tensor(x).set_grad(Tensor());
+                                                   },
+                                                   bytes, 0});
   }
   if (name == "adamw_fp32") {
     std::vector<Tensor> params;

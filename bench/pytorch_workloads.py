@@ -9,8 +9,9 @@ WORKLOAD: seed_fp32, seed_bf16 (CPU autocast, PyTorch's CPU AMP), mlp_sgd_fp32, 
           same step at GPT-2 small's shape, T = 256, batch 2), gpt2s1024_* (T = 1024, batch 1),
           gpt6_* (6 layers, width 384, T = 256, batch 8); single ops
           (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16},
-          sdpa{256,1024}_{fused,composed}_{fp32,bf16}, heads_{split,packed}_{fp32,bf16}, adamw_fp32
-          (adamw_fp32_fused: PyTorch's fused CPU AdamW).
+          sdpa{256,1024}_{fused,composed}_{fp32,bf16}, heads_{split,packed}_{fp32,bf16},
+          gelu_{fp32,bf16}, layer_norm_{fp32,bf16}, adamw_fp32 (adamw_fp32_fused: PyTorch's fused
+          CPU AdamW).
 Prints "WORKLOAD <median us per step over 5 chunks>" (single ops: then GB/s or GFLOP/s).
 --cpu-time (1 thread only) times with the process's CPU clock, as step_timer --cpu-time does.
 --version prints the interpreter's torch version and its CPU capability. Standard library + torch only.
@@ -149,6 +150,23 @@ def make_op(name):
 
         n, c, h, wd = shape
         return run, 0, 3.0 * 2 * n * 64 * h * wd * (c // groups) * k * k
+    if name.startswith("gelu_") or name.startswith("layer_norm_"):
+        # gelu_*: tanh GELU over [2048, 1536]; layer_norm_*: layer norm (weight, bias) over
+        # [2048, 384]; forward + backward of the sum. Bytes: x read twice, dy read, y and dx written.
+        gelu = name.startswith("gelu_")
+        op_dtype = torch.bfloat16 if name.endswith("_bf16") else torch.float32
+        x = torch.randn(2048, 1536 if gelu else 384).to(op_dtype).requires_grad_()
+        w, b = torch.randn(384).to(op_dtype), torch.randn(384).to(op_dtype)
+
+        def run():
+            if gelu:
+                y = torch.nn.functional.gelu(x, approximate="tanh")
+            else:
+                y = torch.nn.functional.layer_norm(x, (384,), w, b)
+            y.sum().backward()
+            x.grad = None
+
+        return run, 5 * x.numel() * x.element_size(), 0
     if name.startswith("adamw_fp32"):
         # adamw_fp32: PyTorch's default AdamW (foreach); adamw_fp32_fused its fused=True CPU kernel.
         params = [torch.randn(2048, 1024, requires_grad=True) for _ in range(8)]
