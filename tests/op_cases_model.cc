@@ -91,6 +91,9 @@ void append_model_cases(std::vector<OpCase>& cases) {
       [](Refs v) { return layer_norm_ref(v[0], 8, v[1], v[2], 1e-5); }, {.k = 16, .magnitude = 4});
   add("layer_norm_plain", {{4, 6}}, [](In t) { return ops::layer_norm(t[0], Tensor(), Tensor(), 1e-5); },
       [](Refs v) { return layer_norm_ref(v[0], 6, {}, {}, 1e-5); }, {.k = 16, .magnitude = 4});
+  // Rows of 19: the CPU's sums take two blocks of 8 lanes and a tail of 3.
+  add("layer_norm_long_rows", {{3, 19}, {19}, {19}}, [](In t) { return ops::layer_norm(t[0], t[1], t[2], 1e-5); },
+      [](Refs v) { return layer_norm_ref(v[0], 19, v[1], v[2], 1e-5); }, {.k = 16, .magnitude = 4});
 
   // Embedding: a repeated id sums its rows' gradients.
   add("embedding", {{5, 3}},

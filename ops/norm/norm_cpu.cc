@@ -97,11 +97,11 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
           g[k] = d * weight[k];
           if (pdyx != nullptr) pdyx[r * cols + j] = store<T>(d * xhat[k]);
         }
+        if (pdx == nullptr) continue;
         const C *pg = g.data(), *px = xhat.data();
         const double g_sum = lane_sum(cols, [pg](int64_t j) { return static_cast<double>(pg[j]); });
         const double gx_sum =
             lane_sum(cols, [pg, px](int64_t j) { return static_cast<double>(pg[j]) * static_cast<double>(px[j]); });
-        if (pdx == nullptr) continue;
         const C g_mean = static_cast<C>(g_sum / static_cast<double>(cols));
         const C gx_mean = static_cast<C>(gx_sum / static_cast<double>(cols));
         for (int64_t j = 0; j < cols; ++j) {
