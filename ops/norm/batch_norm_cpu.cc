@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "framework/parallel.h"
+#include "ops/lane_sum_cpu.h"
 #include "ops/norm/norm_kernels.h"
 
 namespace ampgrad::kernels::cpu {
@@ -22,17 +23,10 @@ Layout layout_of(const Tensor& x) {
 
 int64_t grain_for(int64_t work) { return std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(work, 1)); }
 
-// sum f(v[k]) over k < n in double, in eight interleaved partial sums (one chain of dependent
-// additions would run at the adder's latency, not its throughput), added in a fixed order.
+// sum_k f(v[k], k) over k < n in double, the values widened (lane_sum_cpu.h).
 template <typename T, typename F>
-double lane_sum(const T* v, int64_t n, F&& f) {
-  double part[8] = {};
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int l = 0; l < 8; ++l) part[l] += f(static_cast<double>(load(v[k + l])), k + l);
-  }
-  for (; k < n; ++k) part[k % 8] += f(static_cast<double>(load(v[k])), k);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+double sum_over(const T* v, int64_t n, F&& f) {
+  return lane_sum<8>(n, [v, &f](int64_t k) { return f(static_cast<double>(load(v[k])), k); });
 }
 
 // The channel's values widened, one value of w (1 when undefined).
@@ -55,12 +49,12 @@ void batch_norm_stats(const Tensor& x, Tensor& mean, Tensor& var) {
       for (int64_t c = lo; c < hi; ++c) {
         double sum = 0.0;
         for (int64_t n = 0; n < l.n; ++n) {
-          sum += lane_sum(in + (n * l.c + c) * l.s, l.s, [](double v, int64_t) { return v; });
+          sum += sum_over(in + (n * l.c + c) * l.s, l.s, [](double v, int64_t) { return v; });
         }
         const double count = static_cast<double>(l.n * l.s), mu = sum / count;
         double sq = 0.0;
         for (int64_t n = 0; n < l.n; ++n) {
-          sq += lane_sum(in + (n * l.c + c) * l.s, l.s, [mu](double v, int64_t) { return (v - mu) * (v - mu); });
+          sq += sum_over(in + (n * l.c + c) * l.s, l.s, [mu](double v, int64_t) { return (v - mu) * (v - mu); });
         }
         pmean[c] = static_cast<S>(mu);
         pvar[c] = static_cast<S>(sq / count);
@@ -141,8 +135,8 @@ void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, 
         for (int64_t n = 0; n < l.n; ++n) {
           const int64_t base = (n * l.c + c) * l.s;
           const T* x_row = in + base;
-          s1 += lane_sum(grad + base, l.s, [](double d, int64_t) { return d; });
-          s2 += lane_sum(grad + base, l.s, [&](double d, int64_t k) {
+          s1 += sum_over(grad + base, l.s, [](double d, int64_t) { return d; });
+          s2 += sum_over(grad + base, l.s, [&](double d, int64_t k) {
             return d * (static_cast<double>(load(x_row[k])) - mu) * inv;
           });
         }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "framework/parallel.h"
+#include "ops/lane_sum_cpu.h"
 #include "ops/norm/norm_kernels.h"
 
 namespace ampgrad::kernels::cpu {
@@ -13,22 +14,6 @@ namespace {
 template <typename T, typename C>
 void widen(const T* src, int64_t n, C* dst) {
   for (int64_t j = 0; j < n; ++j) dst[j] = load(src[j]);
-}
-
-// sum_{j < n} term(j) in double, in kLanes independent lanes, which the compiler vectorises. In
-// one lane every add waits on the one before: a row's sums had taken about 4 cycles a value.
-template <typename Term>
-double lane_sum(int64_t n, Term&& term) {
-  constexpr int64_t kLanes = 8;
-  double lanes[kLanes] = {};
-  const int64_t whole = n / kLanes * kLanes;
-  for (int64_t j = 0; j < whole; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += term(j + l);
-  }
-  double sum = 0.0;
-  for (int64_t j = whole; j < n; ++j) sum += term(j);
-  for (const double lane : lanes) sum += lane;
-  return sum;
 }
 
 }  // namespace
@@ -52,9 +37,9 @@ void layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps, T
       for (int64_t r = lo; r < hi; ++r) {
         widen(in + r * cols, cols, row.data());
         const C* v = row.data();
-        const double sum = lane_sum(cols, [v](int64_t j) { return static_cast<double>(v[j]); });
+        const double sum = lane_sum<8>(cols, [v](int64_t j) { return static_cast<double>(v[j]); });
         const double mu = sum / static_cast<double>(cols);
-        const double sq = lane_sum(cols, [v, mu](int64_t j) {
+        const double sq = lane_sum<8>(cols, [v, mu](int64_t j) {
           const double d = static_cast<double>(v[j]) - mu;
           return d * d;
         });
@@ -99,9 +84,9 @@ void layer_norm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, c
         }
         if (pdx == nullptr) continue;
         const C *pg = g.data(), *px = xhat.data();
-        const double g_sum = lane_sum(cols, [pg](int64_t j) { return static_cast<double>(pg[j]); });
+        const double g_sum = lane_sum<8>(cols, [pg](int64_t j) { return static_cast<double>(pg[j]); });
         const double gx_sum =
-            lane_sum(cols, [pg, px](int64_t j) { return static_cast<double>(pg[j]) * static_cast<double>(px[j]); });
+            lane_sum<8>(cols, [pg, px](int64_t j) { return static_cast<double>(pg[j]) * static_cast<double>(px[j]); });
         const C g_mean = static_cast<C>(g_sum / static_cast<double>(cols));
         const C gx_mean = static_cast<C>(gx_sum / static_cast<double>(cols));
         for (int64_t j = 0; j < cols; ++j) {

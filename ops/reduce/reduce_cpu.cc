@@ -10,6 +10,7 @@
 #include "framework/multi_tensor.h"
 #include "framework/parallel.h"
 #include "ops/elementwise/elementwise_kernels.h"
+#include "ops/lane_sum_cpu.h"
 #include "ops/reduce/reduce_kernels.h"
 #include "ops/strided.h"
 
@@ -173,7 +174,7 @@ void max_backward(const Tensor& dy, const Tensor& indices, int64_t dim, Tensor& 
 
 namespace {
 
-// sum_j double(x[j])^2 over n values, four independent chains so the adds pipeline.
+// sum_j double(x[j])^2 over n values, in four lanes (lane_sum_cpu.h).
 template <typename T>
 double squares(const T* x, int64_t n) {
   if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
@@ -190,13 +191,7 @@ double squares(const T* x, int64_t n) {
     }
     return total;
   } else {
-    double lanes[4] = {0, 0, 0, 0};
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-      for (int k = 0; k < 4; ++k) lanes[k] += static_cast<double>(x[j + k]) * static_cast<double>(x[j + k]);
-    }
-    for (; j < n; ++j) lanes[0] += static_cast<double>(x[j]) * static_cast<double>(x[j]);
-    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    return lane_sum<4>(n, [x](int64_t j) { return static_cast<double>(x[j]) * static_cast<double>(x[j]); });
   }
 }
 

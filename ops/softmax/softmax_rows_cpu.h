@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "ops/lane_sum_cpu.h"
 #include "ops/math.h"
 
 namespace ampgrad::kernels::cpu::rows {
@@ -36,26 +37,15 @@ C finite_shift(C max) {
   return max == -std::numeric_limits<C>::infinity() ? C(0) : max;
 }
 
-// sum_j exp(v[j] - shift) in double; with kStore, each exponential also goes to out[j].
+// sum_j exp(v[j] - shift) in double (lane_sum_cpu.h); with kStore, each exponential also goes to
+// out[j].
 template <bool kStore, typename C>
 double sum_exp(const C* v, int64_t n, C shift, C* out = nullptr) {
-  const int64_t whole = n / kLanes * kLanes;
-  double lanes[kLanes] = {};
-  for (int64_t j = 0; j < whole; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) {
-      const C e = math::exp(v[j + l] - shift);
-      if constexpr (kStore) out[j + l] = e;
-      lanes[l] += static_cast<double>(e);
-    }
-  }
-  double sum = 0.0;
-  for (int64_t j = whole; j < n; ++j) {
+  return lane_sum<kLanes>(n, [v, shift, out](int64_t j) {
     const C e = math::exp(v[j] - shift);
     if constexpr (kStore) out[j] = e;
-    sum += static_cast<double>(e);
-  }
-  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
-  return sum;
+    return static_cast<double>(e);
+  });
 }
 
 }  // namespace ampgrad::kernels::cpu::rows
