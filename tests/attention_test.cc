@@ -9,8 +9,10 @@
 
 #include "amp/autocast.h"
 #include "framework/autograd.h"
+#include "framework/cpu_features.h"
 #include "framework/parallel.h"
 #include "attention_cases.h"
+#include "ops/attention/attention_kernels.h"
 #include "ops/ops.h"
 #include "test_util.h"
 
@@ -73,6 +75,48 @@ TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {
   ag::set_num_threads(threads);
   EXPECT_EQ(one.out, three.out);
   EXPECT_EQ(one.grads, three.grads);
+}
+
+// The loops between the CPU kernel's tile products (the online softmax, the backward's
+// probabilities and score gradients) at each level against the baseline's, bit for bit: a row
+// block across the causal diagonal, keys beyond the queries and the reverse.
+TEST(FusedAttention, EveryLevelOfItsCpuLoopsGivesTheBaselinesBits) {
+  using ag::CpuIsa;
+  if (!ag::cpu_supports(CpuIsa::kAvx512)) {
+    GTEST_SKIP() << "the AVX-512 loops cannot run here: " << ag::cpu_unsupported_reason(CpuIsa::kAvx512);
+  }
+  if (static_cast<int>(ag::effective_cpu_isa()) < static_cast<int>(CpuIsa::kAvx512)) {
+    GTEST_SKIP() << "AMPGRAD_CPU_ISA=" << ag::cpu_isa_name(ag::cpu_isa()) << " caps the level below avx512";
+  }
+  struct Case {
+    int64_t tq, tk, d;
+    bool causal;
+  };
+  for (const Case& c : {Case{200, 200, 64, true}, Case{65, 200, 32, true}, Case{200, 65, 32, true},
+                        Case{150, 150, 16, false}}) {
+    for (const DType dtype : kCpuDTypes) {
+      ag::kernels::AttentionShape shape{.batch = 2, .tq = c.tq, .tk = c.tk, .d = c.d, .dv = c.d, .causal = c.causal,
+                                        .scale = 1.0 / std::sqrt(static_cast<double>(c.d))};
+      shape = shape.with_contiguous_layouts();
+      const Tensor q = values({2, c.tq, c.d}, 1, 3.0).to(dtype), k = values({2, c.tk, c.d}, 2, 3.0).to(dtype),
+                   v = values({2, c.tk, c.d}, 3).to(dtype), dout = values({2, c.tq, c.d}, 4).to(dtype);
+      std::vector<Tensor> results[2];
+      const CpuIsa levels[2] = {CpuIsa::kBaseline, CpuIsa::kAvx512};
+      for (int l = 0; l < 2; ++l) {
+        Tensor out = Tensor::empty(q.shape(), dtype), lse = Tensor::empty({2, c.tq, 2});
+        Tensor dq = Tensor::empty(q.shape(), dtype), dk = Tensor::empty(k.shape(), dtype),
+               dv = Tensor::empty(v.shape(), dtype);
+        ag::kernels::cpu::flash_attention(q, k, v, shape, out, lse, levels[l]);
+        ag::kernels::cpu::flash_attention_backward(q, k, v, out, lse, dout, shape, dq, dk, dv, levels[l]);
+        results[l] = {out, lse, dq, dk, dv};
+      }
+      const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+      for (size_t i = 0; i < results[0].size(); ++i) {
+        EXPECT_EQ(results[0][i].to_double_vector(), results[1][i].to_double_vector())
+            << names[i] << ", Tq " << c.tq << " Tk " << c.tk << (c.causal ? " causal, " : ", ") << ag::dtype_name(dtype);
+      }
+    }
+  }
 }
 
 TEST(FusedAttention, AutocastRunsItInTheLowerPrecision) {

@@ -33,6 +33,12 @@ using rows::sum_exp;
 constexpr int64_t kQueryTile = 128;  // rows of q per tile
 constexpr int64_t kKeyTile = 128;    // rows of k and v per tile
 
+// A tile that the causal diagonal crosses runs in blocks of kDiagonalRows query rows, each only as
+// wide as its last row sees: a 128 x 128 diagonal tile then computes 5/8 of its scores and
+// products instead of all of them (at T = 256, two of the three tiles a head computes are
+// diagonal ones). The keys a block skips would only have added products with a probability of 0.
+constexpr int64_t kDiagonalRows = 32;
+
 // Batch entry b's rows from r0 on, as its layout places them in t.
 MatrixView rows_of(const Tensor& t, const RowLayout& layout, int64_t b, int64_t r0) {
   const auto* base = static_cast<const char*>(t.data_ptr());
@@ -57,6 +63,20 @@ void gemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView
 
 // The last key a query row sees: all of them, or (causal) the keys up to its own index.
 int64_t keys_seen(const AttentionShape& s, int64_t row) { return s.causal ? std::min(s.tk, row + 1) : s.tk; }
+
+// f(r0, n, seen) for each block of the tile [i0, i0 + rows) x [j0, j0 + cols): rows i0 + r0 ..
+// i0 + r0 + n - 1 and the first `seen` of the tile's keys (those the block's last row sees). One
+// block when every row sees every key, else blocks of kDiagonalRows rows; a block that sees none
+// of the keys is skipped.
+template <typename F>
+void for_each_row_block(const AttentionShape& s, int64_t i0, int64_t rows, int64_t j0, int64_t cols, F&& f) {
+  const int64_t step = keys_seen(s, i0) >= j0 + cols ? rows : kDiagonalRows;
+  for (int64_t r0 = 0; r0 < rows; r0 += step) {
+    const int64_t n = std::min(step, rows - r0);
+    const int64_t seen = std::min(cols, keys_seen(s, i0 + r0 + n - 1) - j0);
+    if (seen > 0) f(r0, n, seen);
+  }
+}
 
 // Scores of a tile, scaled, with keys a row does not see set to -inf; returns nothing. scores is
 // [rows, cols] for query rows i0.. and key columns j0...
@@ -100,10 +120,93 @@ void store_rows(const float* src, int64_t rows, int64_t cols, T* dst, const RowL
   }
 }
 
+// The loops between the tile products, compiled for the build's baseline (8 floats to a vector)
+// and again for AVX-512 (16), picked per call as the unary ops' are (elementwise_cpu.cc). Both run
+// the same operations per element in the same order, with the same FMA contractions (the
+// baseline has FMA too), so they give the same bits (tests/attention_test.cc holds them to it).
+// Each Loop's run() is always inlined into the function compiled for its level.
+
+// The forward's online softmax over a block's scores [n, cols] (rows r of max, sum and acc): a
+// row's running maximum m and sum l; an earlier tile's share of the sum and of the output is
+// rescaled by exp(m_old - m_new) when the maximum grows. The scores become exp(s - m); a masked
+// score (-inf) gives 0.
+struct OnlineSoftmax {
+  [[gnu::always_inline]] static void run(float* scores, int64_t n, int64_t cols, float* max, float* sum, float* acc,
+                                         int64_t dv) {
+    for (int64_t r = 0; r < n; ++r) {
+      float* p = scores + r * cols;
+      const float m = std::max(max[r], row_max(p, cols));
+      const float rescale = math::exp(max[r] - m);  // 0 on the first tile (m_old = -inf)
+      const double tile_sum = sum_exp<true>(p, cols, finite_shift(m), p);
+      sum[r] = sum[r] * rescale + static_cast<float>(tile_sum);
+      max[r] = m;
+      if (rescale != 1.0f) {
+        for (int64_t c = 0; c < dv; ++c) acc[r * dv + c] *= rescale;
+      }
+    }
+  }
+};
+
+// The backward's probabilities: scores [rows, cols] become p = exp((s - m) - log_sum), with each
+// row's two log-normaliser parts at lse[2 r], lse[2 r + 1]; a masked score gives 0.
+struct Probabilities {
+  [[gnu::always_inline]] static void run(float* scores, int64_t rows, int64_t cols, const float* lse) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float max = lse[2 * r], log_sum = lse[2 * r + 1];
+      float* pr = scores + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        pr[c] = pr[c] == -std::numeric_limits<float>::infinity() ? 0.0f : math::exp((pr[c] - max) - log_sum);
+      }
+    }
+  }
+};
+
+// dS = P (dP - delta) scale over [rows, cols], where ds holds dP = dout v^T on entry and delta
+// has one value per row.
+struct ScoreGradients {
+  [[gnu::always_inline]] static void run(float* ds, const float* p, int64_t rows, int64_t cols, const float* delta,
+                                         float scale) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t at = r * cols + c;
+        ds[at] = p[at] * (ds[at] - delta[r]) * scale;
+      }
+    }
+  }
+};
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)  // FMA: the same contractions as the baseline
+#define AMPGRAD_ATTENTION_AVX512 1
+template <typename Loop, typename... Args>
+[[gnu::target(AMPGRAD_AVX512_FEATURES ",prefer-vector-width=512")]] void run_avx512(Args... args) {
+  Loop::run(args...);
+}
+#endif
+
+// Loop::run(args...), in the AVX-512 build where `wide`.
+template <typename Loop, typename... Args>
+void run_loop(bool wide, Args... args) {
+#ifdef AMPGRAD_ATTENTION_AVX512
+  if (wide) {
+    run_avx512<Loop>(args...);
+    return;
+  }
+#endif
+  (void)wide;
+  Loop::run(args...);
+}
+
+// Whether the AVX-512 loops run: the level effective_cpu_isa() allows, capped by `isa`.
+bool wide_loops(CpuIsa isa) {
+  const int level = std::min(static_cast<int>(isa), static_cast<int>(effective_cpu_isa()));
+  return level >= static_cast<int>(CpuIsa::kAvx512);
+}
+
 }  // namespace
 
 void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& s, Tensor& out,
-                     Tensor& lse) {
+                     Tensor& lse, CpuIsa isa) {
+  const bool wide = wide_loops(isa);
   const int64_t q_tiles = (s.tq + kQueryTile - 1) / kQueryTile;
   float* lse_out = lse.data<float>();
   visit_floating_dtype(q.dtype(), [&](auto tag) {
@@ -119,28 +222,17 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
         std::vector<float> scores(static_cast<size_t>(kQueryTile * kKeyTile)), acc(static_cast<size_t>(rows * s.dv), 0.0f),
             pv(static_cast<size_t>(rows * s.dv)), max(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity()),
             sum(static_cast<size_t>(rows), 0.0f);
-        const MatrixView q_tile = rows_of(q, s.q, b, i0);
         const int64_t keys = keys_seen(s, i0 + rows - 1);  // the tile's last row sees the most
         for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
-          const int64_t cols = std::min(kKeyTile, s.tk - j0);
-          gemm(rows, cols, s.d, q_tile, transposed(rows_of(k, s.k, b, j0)), scores.data());
-          scale_and_mask(scores.data(), rows, cols, i0, j0, s);
-          // The online softmax: a row's running maximum m and sum l; an earlier tile's share of
-          // the sum and of the output is rescaled by exp(m_old - m_new) when the maximum grows.
-          // The maximum and the sum run in vector lanes (softmax_rows_cpu.h); a masked score (-inf) gives 0.
-          for (int64_t r = 0; r < rows; ++r) {
-            float* p = scores.data() + r * cols;
-            const float m = std::max(max[r], row_max(p, cols));
-            const float rescale = math::exp(max[r] - m);  // 0 on the first tile (m_old = -inf)
-            const double tile_sum = sum_exp<true>(p, cols, finite_shift(m), p);
-            sum[r] = sum[r] * rescale + static_cast<float>(tile_sum);
-            max[r] = m;
-            if (rescale != 1.0f) {
-              for (int64_t c = 0; c < s.dv; ++c) acc[r * s.dv + c] *= rescale;
-            }
-          }
-          gemm(rows, s.dv, cols, tile_operand(scores.data(), rows, cols, rounded), rows_of(v, s.v, b, j0), pv.data());
-          for (size_t i = 0; i < acc.size(); ++i) acc[i] += pv[i];
+          for_each_row_block(s, i0, rows, j0, std::min(kKeyTile, s.tk - j0), [&](int64_t r0, int64_t n, int64_t cols) {
+            gemm(n, cols, s.d, rows_of(q, s.q, b, i0 + r0), transposed(rows_of(k, s.k, b, j0)), scores.data());
+            scale_and_mask(scores.data(), n, cols, i0 + r0, j0, s);
+            run_loop<OnlineSoftmax>(wide, scores.data(), n, cols, max.data() + r0, sum.data() + r0, acc.data() + r0 * s.dv,
+                                    s.dv);
+            gemm(n, s.dv, cols, tile_operand(scores.data(), n, cols, rounded), rows_of(v, s.v, b, j0), pv.data());
+            float* acc_rows = acc.data() + r0 * s.dv;
+            for (int64_t i = 0; i < n * s.dv; ++i) acc_rows[i] += pv[static_cast<size_t>(i)];
+          });
         }
         for (int64_t r = 0; r < rows; ++r) {
           const float inv = 1.0f / sum[r];
@@ -155,7 +247,9 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
 }
 
 void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                              const Tensor& dout, const AttentionShape& s, Tensor& dq, Tensor& dk, Tensor& dv) {
+                              const Tensor& dout, const AttentionShape& s, Tensor& dq, Tensor& dk, Tensor& dv,
+                              CpuIsa isa) {
+  const bool wide = wide_loops(isa);
   const float* lse_in = lse.data<float>();
   visit_floating_dtype(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -186,37 +280,25 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
           const MatrixView k_tile = rows_of(k, s.k, b, j0), v_tile = rows_of(v, s.v, b, j0);
           // Causal: query rows before j0 see none of these keys.
           for (int64_t i0 = s.causal ? j0 / kQueryTile * kQueryTile : 0; i0 < s.tq; i0 += kQueryTile) {
-            const int64_t rows = std::min(kQueryTile, s.tq - i0);
-            const MatrixView q_tile = rows_of(q, s.q, b, i0), g_tile = rows_of(dout, s.out, b, i0);
-            gemm(rows, cols, s.d, q_tile, transposed(k_tile), p.data());
-            scale_and_mask(p.data(), rows, cols, i0, j0, s);
-            for (int64_t r = 0; r < rows; ++r) {
-              const float* row_lse = lse_in + 2 * (b * s.tq + i0 + r);
-              const float max = row_lse[0], log_sum = row_lse[1];
-              float* pr = p.data() + r * cols;
-              for (int64_t c = 0; c < cols; ++c) {
-                pr[c] = pr[c] == -std::numeric_limits<float>::infinity() ? 0.0f : math::exp((pr[c] - max) - log_sum);
-              }
-            }
-            // dv_j += P^T dout_i
-            gemm(cols, s.dv, rows, transposed(tile_operand(p.data(), rows, cols, rounded)), g_tile, tmp.data());
-            add(dv_acc.data() + j0 * s.dv, cols * s.dv);
-            // dS = P (dout_i v_j^T - delta) scale
-            gemm(rows, cols, s.dv, g_tile, transposed(v_tile), ds.data());
-            const auto scale = static_cast<float>(s.scale);
-            for (int64_t r = 0; r < rows; ++r) {
-              const float d_r = delta[static_cast<size_t>(i0 + r)];
-              for (int64_t c = 0; c < cols; ++c) {
-                const size_t at = static_cast<size_t>(r * cols + c);
-                ds[at] = p[at] * (ds[at] - d_r) * scale;
-              }
-            }
-            // dq_i += dS k_j;  dk_j += dS^T q_i
-            const MatrixView ds_tile = tile_operand(ds.data(), rows, cols, rounded);
-            gemm(rows, s.d, cols, ds_tile, k_tile, tmp.data());
-            add(dq_acc.data() + i0 * s.d, rows * s.d);
-            gemm(cols, s.d, rows, transposed(ds_tile), q_tile, tmp.data());
-            add(dk_acc.data() + j0 * s.d, cols * s.d);
+            for_each_row_block(s, i0, std::min(kQueryTile, s.tq - i0), j0, cols, [&](int64_t r0, int64_t rows, int64_t seen) {
+              const int64_t i = i0 + r0;  // the block's first query row
+              const MatrixView q_tile = rows_of(q, s.q, b, i), g_tile = rows_of(dout, s.out, b, i);
+              gemm(rows, seen, s.d, q_tile, transposed(k_tile), p.data());
+              scale_and_mask(p.data(), rows, seen, i, j0, s);
+              run_loop<Probabilities>(wide, p.data(), rows, seen, lse_in + 2 * (b * s.tq + i));
+              // dv_j += P^T dout_i
+              gemm(seen, s.dv, rows, transposed(tile_operand(p.data(), rows, seen, rounded)), g_tile, tmp.data());
+              add(dv_acc.data() + j0 * s.dv, seen * s.dv);
+              // dS = P (dout_i v_j^T - delta) scale
+              gemm(rows, seen, s.dv, g_tile, transposed(v_tile), ds.data());
+              run_loop<ScoreGradients>(wide, ds.data(), p.data(), rows, seen, delta.data() + i, static_cast<float>(s.scale));
+              // dq_i += dS k_j;  dk_j += dS^T q_i
+              const MatrixView ds_tile = tile_operand(ds.data(), rows, seen, rounded);
+              gemm(rows, s.d, seen, ds_tile, k_tile, tmp.data());
+              add(dq_acc.data() + i * s.d, rows * s.d);
+              gemm(seen, s.d, rows, transposed(ds_tile), q_tile, tmp.data());
+              add(dk_acc.data() + j0 * s.d, seen * s.d);
+            });
           }
         }
         store_rows(dq_acc.data(), s.tq, s.d, dq.data<T>(), s.q, b, 0);

@@ -5,6 +5,7 @@
 // shapes, dtypes and devices; outputs are preallocated and overwritten.
 #pragma once
 
+#include "framework/cpu_features.h"
 #include "framework/device.h"
 #include "framework/tensor.h"
 
@@ -59,10 +60,11 @@ inline constexpr int64_t kMaxFusedHeadSize = 128;
 // backward, in two parts (the row maximum m of the scaled, masked scores s and log sum_j exp(s_j -
 // m)), so that p = exp((s - m) - log_sum) never rounds m + log_sum at the scores' magnitude. The
 // CPU takes float32, float16 and bfloat16; CUDA float16 and bfloat16 (tensor cores), D, Dv <=
-// kMaxFusedHeadSize.
+// kMaxFusedHeadSize. On the CPU, `isa` caps the level of the loops between the tile products as it
+// caps the unary ops' (elementwise_kernels.h); the tests run each level against the baseline's bits.
 namespace cpu {
 void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, Tensor& out,
-                     Tensor& lse);
+                     Tensor& lse, CpuIsa isa = CpuIsa::kNative);
 }
 namespace cuda {
 void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& shape, Tensor& out,
@@ -78,10 +80,11 @@ inline void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 // dk = dS^T q scale, with P recomputed tile by tile. Each is summed in float32 and rounded once
 // (the products take P and dS rounded to the inputs' dtype, as FlashAttention's: on CUDA's tensor
 // cores for float16 and bfloat16, on the CPU for bfloat16); no atomics on either backend, so the
-// gradients are deterministic.
+// gradients are deterministic. `isa` as flash_attention's.
 namespace cpu {
 void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                              const Tensor& dout, const AttentionShape& shape, Tensor& dq, Tensor& dk, Tensor& dv);
+                              const Tensor& dout, const AttentionShape& shape, Tensor& dq, Tensor& dk, Tensor& dv,
+                              CpuIsa isa = CpuIsa::kNative);
 }
 namespace cuda {
 void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
