@@ -227,8 +227,8 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
           for_each_row_block(s, i0, rows, j0, std::min(kKeyTile, s.tk - j0), [&](int64_t r0, int64_t n, int64_t cols) {
             gemm(n, cols, s.d, rows_of(q, s.q, b, i0 + r0), transposed(rows_of(k, s.k, b, j0)), scores.data());
             scale_and_mask(scores.data(), n, cols, i0 + r0, j0, s);
-            run_loop<OnlineSoftmax>(wide, scores.data(), n, cols, max.data() + r0, sum.data() + r0, acc.data() + r0 * s.dv,
-                                    s.dv);
+            run_loop<OnlineSoftmax>(wide, scores.data(), n, cols, max.data() + r0, sum.data() + r0,
+                                    acc.data() + r0 * s.dv, s.dv);
             gemm(n, s.dv, cols, tile_operand(scores.data(), n, cols, rounded), rows_of(v, s.v, b, j0), pv.data());
             float* acc_rows = acc.data() + r0 * s.dv;
             for (int64_t i = 0; i < n * s.dv; ++i) acc_rows[i] += pv[static_cast<size_t>(i)];
@@ -280,7 +280,8 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
           const MatrixView k_tile = rows_of(k, s.k, b, j0), v_tile = rows_of(v, s.v, b, j0);
           // Causal: query rows before j0 see none of these keys.
           for (int64_t i0 = s.causal ? j0 / kQueryTile * kQueryTile : 0; i0 < s.tq; i0 += kQueryTile) {
-            for_each_row_block(s, i0, std::min(kQueryTile, s.tq - i0), j0, cols, [&](int64_t r0, int64_t rows, int64_t seen) {
+            const int64_t tile_rows = std::min(kQueryTile, s.tq - i0);
+            for_each_row_block(s, i0, tile_rows, j0, cols, [&](int64_t r0, int64_t rows, int64_t seen) {
               const int64_t i = i0 + r0;  // the block's first query row
               const MatrixView q_tile = rows_of(q, s.q, b, i), g_tile = rows_of(dout, s.out, b, i);
               gemm(rows, seen, s.d, q_tile, transposed(k_tile), p.data());
@@ -291,7 +292,8 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
               add(dv_acc.data() + j0 * s.dv, seen * s.dv);
               // dS = P (dout_i v_j^T - delta) scale
               gemm(rows, seen, s.dv, g_tile, transposed(v_tile), ds.data());
-              run_loop<ScoreGradients>(wide, ds.data(), p.data(), rows, seen, delta.data() + i, static_cast<float>(s.scale));
+              run_loop<ScoreGradients>(wide, ds.data(), p.data(), rows, seen, delta.data() + i,
+                                       static_cast<float>(s.scale));
               // dq_i += dS k_j;  dk_j += dS^T q_i
               const MatrixView ds_tile = tile_operand(ds.data(), rows, seen, rounded);
               gemm(rows, s.d, seen, ds_tile, k_tile, tmp.data());
