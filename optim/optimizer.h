@@ -232,7 +232,7 @@ class OptimizerWithOptions : public Optimizer {
   /// Adds a group (PyTorch's add_param_group): its own options, or the defaults given at
   /// construction. Its parameters must not be in another group.
   void add_param_group(const ParamGroup<Options>& group) {
-    const Options options = group.options.value_or(defaults_);
+    const Options& options = group.options.has_value() ? *group.options : defaults_;
     options.validate(name());
     add_params(group.params);
     group_options_.push_back(options);

@@ -55,15 +55,15 @@ struct Config {
   int64_t batch = 8;        // rows per rank per step (one process takes world size * batch)
   int accumulate = 1;       // micro-batches per step
   dist::ZeroOptions zero = {};
-  std::optional<double> clip;  // clip_grad_norm_ to this after unscale_
-  bool two_groups = false;     // the first Linear at lr 1e-3 in its own group, the rest at 3e-3
-  uint64_t init_seed = 100;    // rank r starts from init_seed + r; the broadcast makes it rank 0's
+  std::optional<double> clip = {};  // clip_grad_norm_ to this after unscale_
+  bool two_groups = false;          // the first Linear at lr 1e-3 in its own group, the rest at 3e-3
+  uint64_t init_seed = 100;         // rank r starts from init_seed + r; the broadcast makes it rank 0's
   // Where a resume starts: the parameters and the (consolidated) optimizer state.
   const std::vector<std::vector<double>>* params = nullptr;
   const std::vector<ag::optim::ParamState>* state = nullptr;
   // Checkpoint files: loaded before the first step, saved after the last (by rank 0 of the ZeRO
   // job; one process's run on every rank writes save_path + its rank).
-  std::string load_path, save_path;
+  std::string load_path = {}, save_path = {};
   // Called after backward and before unscale_/step, with the optimizer that steps.
   std::function<void(int step, ag::optim::Optimizer& opt)> after_backward = nullptr;
 };
