@@ -112,9 +112,9 @@ TEST(FusedAttention, EveryLevelOfItsCpuLoopsGivesTheBaselinesBits) {
       }
       const char* names[] = {"out", "lse", "dq", "dk", "dv"};
       for (size_t i = 0; i < results[0].size(); ++i) {
-        const bool same = results[0][i].to_double_vector() == results[1][i].to_double_vector();
-        EXPECT_TRUE(same) << names[i] << ", Tq " << c.tq << " Tk " << c.tk << (c.causal ? " causal, " : ", ")
-                          << ag::dtype_name(dtype);
+        EXPECT_TRUE(ag::test::same_bits(results[0][i], results[1][i]))
+            << names[i] << ", Tq " << c.tq << " Tk " << c.tk << (c.causal ? " causal, " : ", ")
+            << ag::dtype_name(dtype);
       }
     }
   }

@@ -16,6 +16,7 @@
 #include "ops/elementwise/elementwise_kernels.h"
 #include "ops/elementwise/unary_math.h"
 #include "ops/math.h"
+#include "test_util.h"
 
 namespace ag = ampgrad;
 namespace math = ampgrad::kernels::math;
@@ -105,17 +106,6 @@ ag::Tensor unary_inputs(ag::DType dtype) {
   return ag::Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, ag::DType::kFloat64).to(dtype);
 }
 
-// Bit for bit (NaNs of either sign and payload count as equal).
-bool same_bits(const ag::Tensor& a, const ag::Tensor& b) {
-  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  if (x.size() != y.size()) return false;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
-    if (std::memcmp(&x[i], &y[i], sizeof(double)) != 0) return false;
-  }
-  return true;
-}
-
 TEST(UnaryKernels, EveryLevelGivesTheBaselinesBits) {
   using ag::CpuIsa;
   if (!ag::cpu_supports(CpuIsa::kAvx512)) {
@@ -139,8 +129,8 @@ TEST(UnaryKernels, EveryLevelGivesTheBaselinesBits) {
         ag::kernels::cpu::unary(op, x, y[l], levels[l]);
         ag::kernels::cpu::unary_backward(op, x, y[0], dy, dx[l], levels[l]);
       }
-      EXPECT_TRUE(same_bits(y[0], y[1])) << "forward of formula " << i << " in " << ag::dtype_name(dtype);
-      EXPECT_TRUE(same_bits(dx[0], dx[1])) << "backward of formula " << i << " in " << ag::dtype_name(dtype);
+      EXPECT_TRUE(ag::test::same_bits(y[0], y[1])) << "forward of formula " << i << " in " << ag::dtype_name(dtype);
+      EXPECT_TRUE(ag::test::same_bits(dx[0], dx[1])) << "backward of formula " << i << " in " << ag::dtype_name(dtype);
     }
   }
 }

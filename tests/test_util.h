@@ -135,7 +135,18 @@ inline double max_abs(const Tensor& t) {
   return worst;
 }
 
-/// The raw bytes of a tensor's storage (for "bit-identical" checks); a CUDA tensor is copied first.
+/// Bit for bit: the same shape of values whose double images (exact for every dtype) have the same
+/// bits, so -0 differs from +0; NaNs of either sign and payload count as equal.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  if (a.shape() != b.shape() || x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (std::memcmp(&x[i], &y[i], sizeof(double)) != 0) return false;
+  }
+  return true;
+}
+
 /// The (width, height) a PNG file's IHDR chunk states, or {0, 0} if the file is not a PNG.
 inline std::pair<uint32_t, uint32_t> png_size(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -61,7 +61,8 @@ void gemm(int64_t m, int64_t n, int64_t k, const MatrixView& a, const MatrixView
   sgemm(m, n, k, a, b, MatrixView{}, c, DType::kFloat32);
 }
 
-// The last key a query row sees: all of them, or (causal) the keys up to its own index.
+// How many keys a query row sees (keys 0 .. keys_seen - 1): all of them, or (causal) the keys up to
+// its own index.
 int64_t keys_seen(const AttentionShape& s, int64_t row) { return s.causal ? std::min(s.tk, row + 1) : s.tk; }
 
 // f(r0, n, seen) for each block of the tile [i0, i0 + rows) x [j0, j0 + cols): rows i0 + r0 ..
@@ -196,10 +197,16 @@ void run_loop(bool wide, Args... args) {
   Loop::run(args...);
 }
 
-// Whether the AVX-512 loops run: the level effective_cpu_isa() allows, capped by `isa`.
+// Whether the AVX-512 loops run: they are compiled, and the level effective_cpu_isa() allows,
+// capped by `isa`, reaches AVX-512.
 bool wide_loops(CpuIsa isa) {
+#ifdef AMPGRAD_ATTENTION_AVX512
   const int level = std::min(static_cast<int>(isa), static_cast<int>(effective_cpu_isa()));
   return level >= static_cast<int>(CpuIsa::kAvx512);
+#else
+  (void)isa;
+  return false;
+#endif
 }
 
 }  // namespace
@@ -219,18 +226,19 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
         const int64_t b = task / q_tiles, i0 = (task % q_tiles) * kQueryTile;
         const int64_t rows = std::min(kQueryTile, s.tq - i0);
         std::vector<T> rounded(kRoundsTiles<T> ? static_cast<size_t>(kQueryTile * kKeyTile) : 0);
-        std::vector<float> scores(static_cast<size_t>(kQueryTile * kKeyTile)), acc(static_cast<size_t>(rows * s.dv), 0.0f),
-            pv(static_cast<size_t>(rows * s.dv)), max(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity()),
+        std::vector<float> scores(static_cast<size_t>(kQueryTile * kKeyTile)),
+            acc(static_cast<size_t>(rows * s.dv), 0.0f), pv(static_cast<size_t>(rows * s.dv)),
+            max(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity()),
             sum(static_cast<size_t>(rows), 0.0f);
         const int64_t keys = keys_seen(s, i0 + rows - 1);  // the tile's last row sees the most
         for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
-          for_each_row_block(s, i0, rows, j0, std::min(kKeyTile, s.tk - j0), [&](int64_t r0, int64_t n, int64_t cols) {
-            gemm(n, cols, s.d, rows_of(q, s.q, b, i0 + r0), transposed(rows_of(k, s.k, b, j0)), scores.data());
-            scale_and_mask(scores.data(), n, cols, i0 + r0, j0, s);
-            run_loop<OnlineSoftmax>(wide, scores.data(), n, cols, max.data() + r0, sum.data() + r0,
-                                    acc.data() + r0 * s.dv, s.dv);
-            gemm(n, s.dv, cols, tile_operand(scores.data(), n, cols, rounded), rows_of(v, s.v, b, j0), pv.data());
+          const int64_t cols = std::min(kKeyTile, s.tk - j0);
+          for_each_row_block(s, i0, rows, j0, cols, [&](int64_t r0, int64_t n, int64_t seen) {
             float* acc_rows = acc.data() + r0 * s.dv;
+            gemm(n, seen, s.d, rows_of(q, s.q, b, i0 + r0), transposed(rows_of(k, s.k, b, j0)), scores.data());
+            scale_and_mask(scores.data(), n, seen, i0 + r0, j0, s);
+            run_loop<OnlineSoftmax>(wide, scores.data(), n, seen, max.data() + r0, sum.data() + r0, acc_rows, s.dv);
+            gemm(n, s.dv, seen, tile_operand(scores.data(), n, seen, rounded), rows_of(v, s.v, b, j0), pv.data());
             for (int64_t i = 0; i < n * s.dv; ++i) acc_rows[i] += pv[static_cast<size_t>(i)];
           });
         }
@@ -281,24 +289,24 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
           // Causal: query rows before j0 see none of these keys.
           for (int64_t i0 = s.causal ? j0 / kQueryTile * kQueryTile : 0; i0 < s.tq; i0 += kQueryTile) {
             const int64_t tile_rows = std::min(kQueryTile, s.tq - i0);
-            for_each_row_block(s, i0, tile_rows, j0, cols, [&](int64_t r0, int64_t rows, int64_t seen) {
+            for_each_row_block(s, i0, tile_rows, j0, cols, [&](int64_t r0, int64_t n, int64_t seen) {
               const int64_t i = i0 + r0;  // the block's first query row
               const MatrixView q_tile = rows_of(q, s.q, b, i), g_tile = rows_of(dout, s.out, b, i);
-              gemm(rows, seen, s.d, q_tile, transposed(k_tile), p.data());
-              scale_and_mask(p.data(), rows, seen, i, j0, s);
-              run_loop<Probabilities>(wide, p.data(), rows, seen, lse_in + 2 * (b * s.tq + i));
+              gemm(n, seen, s.d, q_tile, transposed(k_tile), p.data());
+              scale_and_mask(p.data(), n, seen, i, j0, s);
+              run_loop<Probabilities>(wide, p.data(), n, seen, lse_in + 2 * (b * s.tq + i));
               // dv_j += P^T dout_i
-              gemm(seen, s.dv, rows, transposed(tile_operand(p.data(), rows, seen, rounded)), g_tile, tmp.data());
+              gemm(seen, s.dv, n, transposed(tile_operand(p.data(), n, seen, rounded)), g_tile, tmp.data());
               add(dv_acc.data() + j0 * s.dv, seen * s.dv);
               // dS = P (dout_i v_j^T - delta) scale
-              gemm(rows, seen, s.dv, g_tile, transposed(v_tile), ds.data());
-              run_loop<ScoreGradients>(wide, ds.data(), p.data(), rows, seen, delta.data() + i,
-                                       static_cast<float>(s.scale));
+              gemm(n, seen, s.dv, g_tile, transposed(v_tile), ds.data());
+              const auto scale = static_cast<float>(s.scale);
+              run_loop<ScoreGradients>(wide, ds.data(), p.data(), n, seen, delta.data() + i, scale);
               // dq_i += dS k_j;  dk_j += dS^T q_i
-              const MatrixView ds_tile = tile_operand(ds.data(), rows, seen, rounded);
-              gemm(rows, s.d, seen, ds_tile, k_tile, tmp.data());
-              add(dq_acc.data() + i * s.d, rows * s.d);
-              gemm(seen, s.d, rows, transposed(ds_tile), q_tile, tmp.data());
+              const MatrixView ds_tile = tile_operand(ds.data(), n, seen, rounded);
+              gemm(n, s.d, seen, ds_tile, k_tile, tmp.data());
+              add(dq_acc.data() + i * s.d, n * s.d);
+              gemm(seen, s.d, n, transposed(ds_tile), q_tile, tmp.data());
               add(dk_acc.data() + j0 * s.d, seen * s.d);
             });
           }

@@ -56,10 +56,11 @@ struct AttentionShape {
 /// up to this; larger ones run the composed path there.
 inline constexpr int64_t kMaxFusedHeadSize = 128;
 
-// out [batch, Tq, Dv] in q's dtype (q, k, v and out may be one tensor's parts, as the layouts say); lse [batch, Tq, 2] float32: each row's log-normaliser for the
-// backward, in two parts (the row maximum m of the scaled, masked scores s and log sum_j exp(s_j -
-// m)), so that p = exp((s - m) - log_sum) never rounds m + log_sum at the scores' magnitude. The
-// CPU takes float32, float16 and bfloat16; CUDA float16 and bfloat16 (tensor cores), D, Dv <=
+// out [batch, Tq, Dv] in q's dtype (q, k, v and out may be one tensor's parts, as the layouts
+// say); lse [batch, Tq, 2] float32: each row's log-normaliser for the backward, in two parts (the
+// row maximum m of the scaled, masked scores s and log sum_j exp(s_j - m)), so that
+// p = exp((s - m) - log_sum) never rounds m + log_sum at the scores' magnitude. The CPU takes
+// float32, float16 and bfloat16; CUDA float16 and bfloat16 (tensor cores), D, Dv <=
 // kMaxFusedHeadSize. On the CPU, `isa` caps the level of the loops between the tile products as it
 // caps the unary ops' (elementwise_kernels.h); the tests run each level against the baseline's bits.
 namespace cpu {

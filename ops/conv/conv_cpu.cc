@@ -310,7 +310,7 @@ void tap_sums_plain(const C* d, const C* x, const int64_t* off, int64_t n, int64
 
 #if defined(__AVX2__) && defined(__FMA__)
 // The 8 lanes of v added in double.
-inline double lane_sum(__m256 v) {
+inline double horizontal_sum(__m256 v) {
   const __m256d wide =
       _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
   const __m128d half = _mm_add_pd(_mm256_castpd256_pd128(wide), _mm256_extractf128_pd(wide, 1));
@@ -328,7 +328,7 @@ void tap_sums_avx2(const float* d, const float* x, const int64_t* off, int64_t l
       const __m256 dv = _mm256_loadu_ps(d + q);
       for (int t = 0; t < kN; ++t) acc[t] = _mm256_fmadd_ps(dv, _mm256_loadu_ps(x + off[t] + q), acc[t]);
     }
-    for (int t = 0; t < kN; ++t) total[t] += lane_sum(acc[t]);
+    for (int t = 0; t < kN; ++t) total[t] += horizontal_sum(acc[t]);
   }
   tap_sums_plain(d, x, off, kN, whole, len, total);
 }

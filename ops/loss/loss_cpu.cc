@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "framework/parallel.h"
+#include "ops/lane_sum_cpu.h"
 #include "ops/loss/loss_kernels.h"
 
 namespace ampgrad::kernels::cpu {
@@ -27,29 +28,23 @@ const ComputeType<T>* widened(const T* src, int64_t n, ComputeType<T>* buffer) {
   }
 }
 
-// sum of (p - y)^2 over n elements, each term in the compute type, summed in double.
+// sum of (p - y)^2 over n elements, each term in the compute type, summed in double: in lanes
+// (lane_sum_cpu.h) within each block of kBlock widened values, then block by block.
 template <typename T>
 double squared_error(const T* p, const T* y, int64_t n) {
   using C = ComputeType<T>;
-  double lanes[4] = {0, 0, 0, 0};
+  double total = 0.0;
   C wp[kBlock], wy[kBlock];
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t len = std::min(kBlock, n - start);
     const C* vp = widened(p + start, len, wp);
     const C* vy = widened(y + start, len, wy);
-    int64_t j = 0;
-    for (; j + 4 <= len; j += 4) {
-      for (int k = 0; k < 4; ++k) {
-        const C d = vp[j + k] - vy[j + k];
-        lanes[k] += static_cast<double>(d * d);
-      }
-    }
-    for (; j < len; ++j) {
+    total += lane_sum<4>(len, [vp, vy](int64_t j) {
       const C d = vp[j] - vy[j];
-      lanes[0] += static_cast<double>(d * d);
-    }
+      return static_cast<double>(d * d);
+    });
   }
-  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  return total;
 }
 
 }  // namespace

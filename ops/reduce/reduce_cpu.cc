@@ -34,13 +34,7 @@ void accumulate_row(const T* x, int64_t n, double* acc, int64_t acc_stride) {
   } else if (acc_stride == 1) {
     for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(x[j]);
   } else {
-    double lanes[4] = {0, 0, 0, 0};  // independent chains: the adds pipeline
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-      for (int k = 0; k < 4; ++k) lanes[k] += static_cast<double>(x[j + k]);
-    }
-    for (; j < n; ++j) lanes[0] += static_cast<double>(x[j]);
-    acc[0] += (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    acc[0] += lane_sum<4>(n, [x](int64_t j) { return static_cast<double>(x[j]); });
   }
 }
 
