@@ -1,6 +1,7 @@
 // CPU feature detection with CPUID/XGETBV, and AMPGRAD_CPU_ISA (see cpu_features.h).
 #include "framework/cpu_features.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -138,6 +139,11 @@ CpuIsa effective_cpu_isa() {
     return CpuIsa::kBaseline;
   }();
   return effective;
+}
+
+bool cpu_isa_allows(CpuIsa level, CpuIsa cap) {
+  const int allowed = std::min(static_cast<int>(cap), static_cast<int>(effective_cpu_isa()));
+  return allowed >= static_cast<int>(level);
 }
 
 }  // namespace ampgrad

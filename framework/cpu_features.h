@@ -68,4 +68,9 @@ std::string cpu_unsupported_reason(CpuIsa isa);
 /// forced level the CPU lacks never runs an instruction it cannot execute). Never kNative.
 CpuIsa effective_cpu_isa();
 
+/// Whether kernels of `level` may run: effective_cpu_isa(), capped further by `cap` (a kernel's
+/// own level argument, which tests lower to run a baseline; kNative: no further cap), reaches
+/// `level`. Unlike the GEMM's choice of kernel, the cap never lifts AMPGRAD_CPU_ISA's.
+bool cpu_isa_allows(CpuIsa level, CpuIsa cap = CpuIsa::kNative);
+
 }  // namespace ampgrad

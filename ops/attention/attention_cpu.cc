@@ -184,7 +184,7 @@ template <typename Loop, typename... Args>
 }
 #endif
 
-// Loop::run(args...), in the AVX-512 build where `wide`.
+// Loop::run(args...), in the AVX-512 build where `wide` (cpu_isa_allows) and that build exists.
 template <typename Loop, typename... Args>
 void run_loop(bool wide, Args... args) {
 #ifdef AMPGRAD_ATTENTION_AVX512
@@ -197,23 +197,11 @@ void run_loop(bool wide, Args... args) {
   Loop::run(args...);
 }
 
-// Whether the AVX-512 loops run: they are compiled, and the level effective_cpu_isa() allows,
-// capped by `isa`, reaches AVX-512.
-bool wide_loops(CpuIsa isa) {
-#ifdef AMPGRAD_ATTENTION_AVX512
-  const int level = std::min(static_cast<int>(isa), static_cast<int>(effective_cpu_isa()));
-  return level >= static_cast<int>(CpuIsa::kAvx512);
-#else
-  (void)isa;
-  return false;
-#endif
-}
-
 }  // namespace
 
 void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& s, Tensor& out,
                      Tensor& lse, CpuIsa isa) {
-  const bool wide = wide_loops(isa);
+  const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);
   const int64_t q_tiles = (s.tq + kQueryTile - 1) / kQueryTile;
   float* lse_out = lse.data<float>();
   visit_floating_dtype(q.dtype(), [&](auto tag) {
@@ -257,7 +245,7 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
 void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& dout, const AttentionShape& s, Tensor& dq, Tensor& dk, Tensor& dv,
                               CpuIsa isa) {
-  const bool wide = wide_loops(isa);
+  const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);
   const float* lse_in = lse.data<float>();
   visit_floating_dtype(q.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -156,7 +156,7 @@ void map_rows(int64_t n, F&& f) {
 }
 
 // A formula over a block of compute-type values. The loops are compiled for the build's baseline
-// (AVX2: 8 floats to a vector) and again for AVX-512 (16), picked per call (wide_loops). Both run
+// (AVX2: 8 floats to a vector) and again for AVX-512 (16), picked per call (cpu_isa_allows). Both run
 // the same operations in the same order per element, with the same FMA contractions (the
 // baseline has FMA too) and no reassociation, so they give the same bits (tests/math_test.cc
 // holds them to it). At [2048, 1536] float32 the AVX-512 loops take GELU's (tanh) forward from 3.9
@@ -185,22 +185,10 @@ template <typename F, typename C>
 }
 #endif
 
-// Whether the AVX-512 loops run: the level effective_cpu_isa() allows (AMPGRAD_CPU_ISA and the
-// CPU), capped by `isa`.
-bool wide_loops(CpuIsa isa) {
-#ifdef AMPGRAD_UNARY_AVX512
-  const int level = std::min(static_cast<int>(isa), static_cast<int>(effective_cpu_isa()));
-  return level >= static_cast<int>(CpuIsa::kAvx512);
-#else
-  (void)isa;
-  return false;
-#endif
-}
-
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, Tensor& y, CpuIsa isa) {
-  const bool wide = wide_loops(isa);
+  [[maybe_unused]] const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);  // used where the AVX-512 loops are built
   visit_unary(op, [&](auto formula) {
     using F = decltype(formula);
     visit_floating_dtype(y.dtype(), [&](auto t) {
@@ -228,7 +216,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y, CpuIsa isa) {
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, CpuIsa isa) {
-  const bool wide = wide_loops(isa);
+  [[maybe_unused]] const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);
   visit_unary(op, [&](auto formula) {
     using F = decltype(formula);
     visit_floating_dtype(dx.dtype(), [&](auto t) {
