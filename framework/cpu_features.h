@@ -70,7 +70,8 @@ CpuIsa effective_cpu_isa();
 
 /// Whether kernels of `level` may run: effective_cpu_isa(), capped further by `cap` (a kernel's
 /// own level argument, which tests lower to run a baseline; kNative: no further cap), reaches
-/// `level`. Unlike the GEMM's choice of kernel, the cap never lifts AMPGRAD_CPU_ISA's.
+/// `level`. Unlike the GEMM's choice of kernel, the cap never lifts AMPGRAD_CPU_ISA's. level is a
+/// real level, never kNative (for which it says false).
 bool cpu_isa_allows(CpuIsa level, CpuIsa cap = CpuIsa::kNative);
 
 }  // namespace ampgrad

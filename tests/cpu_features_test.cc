@@ -3,6 +3,7 @@
 // file with AMPGRAD_CPU_ISA set to baseline, avx2, avx512 and avx512_bf16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -96,6 +97,21 @@ TEST(CpuIsa, EffectiveLevelIsTheRequestedOneLoweredToWhatTheCpuHas) {
     }
   }
   std::printf("AMPGRAD_CPU_ISA=%s: the kernels use %s\n", env ? env : "(unset)", cpu_isa_name(effective));
+}
+
+// A level may run when neither the effective level nor a kernel's own cap is below it.
+TEST(CpuIsa, AllowsALevelUpToTheEffectiveOneAndTheCap) {
+  const int effective = static_cast<int>(effective_cpu_isa());
+  const CpuIsa levels[] = {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16};
+  for (CpuIsa level : levels) {
+    EXPECT_EQ(cpu_isa_allows(level), static_cast<int>(level) <= effective) << cpu_isa_name(level);
+    for (CpuIsa cap : levels) {
+      const bool expected = static_cast<int>(level) <= std::min(effective, static_cast<int>(cap));
+      EXPECT_EQ(cpu_isa_allows(level, cap), expected) << cpu_isa_name(level) << " capped at " << cpu_isa_name(cap);
+    }
+  }
+  EXPECT_TRUE(cpu_isa_allows(CpuIsa::kBaseline, CpuIsa::kBaseline));
+  EXPECT_FALSE(cpu_isa_allows(CpuIsa::kAvx2, CpuIsa::kBaseline));
 }
 
 }  // namespace

@@ -135,11 +135,13 @@ inline double max_abs(const Tensor& t) {
   return worst;
 }
 
-/// Bit for bit: the same shape of values whose double images (exact for every dtype) have the same
-/// bits, so -0 differs from +0; NaNs of either sign and payload count as equal.
+/// Bit for bit, for floating dtypes: the same dtype and shape, and values whose double images
+/// (exact for every floating dtype) have the same bits, so -0 differs from +0; NaNs of either sign
+/// and payload count as equal.
 inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  if (a.shape() != b.shape() || x.size() != y.size()) return false;
+  if (x.size() != y.size()) return false;
   for (size_t i = 0; i < x.size(); ++i) {
     if (std::isnan(x[i]) && std::isnan(y[i])) continue;
     if (std::memcmp(&x[i], &y[i], sizeof(double)) != 0) return false;

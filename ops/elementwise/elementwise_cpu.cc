@@ -188,7 +188,7 @@ template <typename F, typename C>
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, Tensor& y, CpuIsa isa) {
-  [[maybe_unused]] const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);  // used where the AVX-512 loops are built
+  [[maybe_unused]] const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);
   visit_unary(op, [&](auto formula) {
     using F = decltype(formula);
     visit_floating_dtype(y.dtype(), [&](auto t) {
