@@ -18,6 +18,7 @@
 #include "ops/linear/linear_gemm_cpu.h"
 #include "ops/math.h"
 #include "ops/softmax/softmax_rows_cpu.h"
+#include "ops/wide_loops_cpu.h"
 
 namespace ampgrad::kernels::cpu {
 
@@ -121,11 +122,8 @@ void store_rows(const float* src, int64_t rows, int64_t cols, T* dst, const RowL
   }
 }
 
-// The loops between the tile products, compiled for the build's baseline (8 floats to a vector)
-// and again for AVX-512 (16), picked per call as the unary ops' are (elementwise_cpu.cc). Both run
-// the same operations per element in the same order, with the same FMA contractions (the
-// baseline has FMA too), so they give the same bits (tests/attention_test.cc holds them to it).
-// Each Loop's run() is always inlined into the function compiled for its level.
+// The loops between the tile products, built for the baseline and for AVX-512 (wide_loops_cpu.h;
+// tests/attention_test.cc holds the two to the same bits).
 
 // The forward's online softmax over a block's scores [n, cols] (rows r of max, sum and acc): a
 // row's running maximum m and sum l; an earlier tile's share of the sum and of the output is
@@ -176,32 +174,11 @@ struct ScoreGradients {
   }
 };
 
-#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)  // FMA: the same contractions as the baseline
-#define AMPGRAD_ATTENTION_AVX512 1
-template <typename Loop, typename... Args>
-[[gnu::target(AMPGRAD_AVX512_FEATURES ",prefer-vector-width=512")]] void run_avx512(Args... args) {
-  Loop::run(args...);
-}
-#endif
-
-// Loop::run(args...), in the AVX-512 build where `wide` (cpu_isa_allows) and that build exists.
-template <typename Loop, typename... Args>
-void run_loop(bool wide, Args... args) {
-#ifdef AMPGRAD_ATTENTION_AVX512
-  if (wide) {
-    run_avx512<Loop>(args...);
-    return;
-  }
-#endif
-  (void)wide;
-  Loop::run(args...);
-}
-
 }  // namespace
 
 void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionShape& s, Tensor& out,
                      Tensor& lse, CpuIsa isa) {
-  const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);
+  const bool wide = wide_loops(isa);
   const int64_t q_tiles = (s.tq + kQueryTile - 1) / kQueryTile;
   float* lse_out = lse.data<float>();
   visit_floating_dtype(q.dtype(), [&](auto tag) {
@@ -245,7 +222,7 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
 void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                               const Tensor& dout, const AttentionShape& s, Tensor& dq, Tensor& dk, Tensor& dv,
                               CpuIsa isa) {
-  const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);
+  const bool wide = wide_loops(isa);
   const float* lse_in = lse.data<float>();
   visit_floating_dtype(q.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -15,6 +15,7 @@
 #include "ops/elementwise/dropout_mask.h"
 #include "ops/elementwise/elementwise_kernels.h"
 #include "ops/strided.h"
+#include "ops/wide_loops_cpu.h"
 #include "ops/elementwise/unary_math.h"
 
 namespace ampgrad::kernels::cpu {
@@ -155,40 +156,27 @@ void map_rows(int64_t n, F&& f) {
   });
 }
 
-// A formula over a block of compute-type values. The loops are compiled for the build's baseline
-// (AVX2: 8 floats to a vector) and again for AVX-512 (16), picked per call (cpu_isa_allows). Both run
-// the same operations in the same order per element, with the same FMA contractions (the
-// baseline has FMA too) and no reassociation, so they give the same bits (tests/math_test.cc
-// holds them to it). At [2048, 1536] float32 the AVX-512 loops take GELU's (tanh) forward from 3.9
-// to 2.5 ms on one Zen 4 core; formulas that call libm per value (float64, exact GELU) gain little.
+// A formula over a block of compute-type values, built for the baseline and for AVX-512
+// (wide_loops_cpu.h; tests/math_test.cc holds the two to the same bits). At [2048, 1536] float32 the
+// AVX-512 loops take GELU's (tanh) forward from 3.9 to 2.5 ms on one Zen 4 core; formulas that call
+// libm per value (float64, exact GELU) gain little.
 template <typename F, typename C>
-[[gnu::always_inline]] inline void forward_block(const C* x, C* y, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) y[j] = F::template forward<C>(x[j]);
-}
+struct ForwardBlock {
+  [[gnu::always_inline]] static void run(const C* x, C* y, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) y[j] = F::template forward<C>(x[j]);
+  }
+};
 template <typename F, typename C>
-[[gnu::always_inline]] inline void backward_block(const C* x, const C* y, const C* dy, C* dx, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) dx[j] = F::template backward<C>(x[j], y[j], dy[j]);
-}
-
-#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)  // FMA: the same contractions as the baseline
-#define AMPGRAD_UNARY_AVX512 1
-template <typename F, typename C>
-[[gnu::target(AMPGRAD_AVX512_FEATURES ",prefer-vector-width=512")]] void forward_block_avx512(const C* x, C* y,
-                                                                                            int64_t n) {
-  forward_block<F, C>(x, y, n);
-}
-template <typename F, typename C>
-[[gnu::target(AMPGRAD_AVX512_FEATURES ",prefer-vector-width=512")]] void backward_block_avx512(const C* x, const C* y,
-                                                                                             const C* dy, C* dx,
-                                                                                             int64_t n) {
-  backward_block<F, C>(x, y, dy, dx, n);
-}
-#endif
+struct BackwardBlock {
+  [[gnu::always_inline]] static void run(const C* x, const C* y, const C* dy, C* dx, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) dx[j] = F::template backward<C>(x[j], y[j], dy[j]);
+  }
+};
 
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, Tensor& y, CpuIsa isa) {
-  [[maybe_unused]] const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);
+  const bool wide = wide_loops(isa);
   visit_unary(op, [&](auto formula) {
     using F = decltype(formula);
     visit_floating_dtype(y.dtype(), [&](auto t) {
@@ -200,15 +188,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y, CpuIsa isa) {
         C wx[kBlock], wy[kBlock];
         const C* vx = row_values(in + start, 1, n, wx);
         C* vy = std::is_same_v<T, C> ? reinterpret_cast<C*>(out + start) : wy;
-#ifdef AMPGRAD_UNARY_AVX512
-        if (wide) {
-          forward_block_avx512<F, C>(vx, vy, n);
-        } else {
-          forward_block<F, C>(vx, vy, n);
-        }
-#else
-        forward_block<F, C>(vx, vy, n);
-#endif
+        run_loop<ForwardBlock<F, C>>(wide, vx, vy, n);
         store_row(vy, n, out + start);
       });
     });
@@ -216,7 +196,7 @@ void unary(UnaryOp op, const Tensor& x, Tensor& y, CpuIsa isa) {
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx, CpuIsa isa) {
-  [[maybe_unused]] const bool wide = cpu_isa_allows(CpuIsa::kAvx512, isa);
+  const bool wide = wide_loops(isa);
   visit_unary(op, [&](auto formula) {
     using F = decltype(formula);
     visit_floating_dtype(dx.dtype(), [&](auto t) {
@@ -230,15 +210,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
         const C* vy = row_values(py + start, 1, n, wy);
         const C* vdy = row_values(pdy + start, 1, n, wdy);
         C* vdx = std::is_same_v<T, C> ? reinterpret_cast<C*>(out + start) : wdx;
-#ifdef AMPGRAD_UNARY_AVX512
-        if (wide) {
-          backward_block_avx512<F, C>(vx, vy, vdy, vdx, n);
-        } else {
-          backward_block<F, C>(vx, vy, vdy, vdx, n);
-        }
-#else
-        backward_block<F, C>(vx, vy, vdy, vdx, n);
-#endif
+        run_loop<BackwardBlock<F, C>>(wide, vx, vy, vdy, vdx, n);
         store_row(vdx, n, out + start);
       });
     });
