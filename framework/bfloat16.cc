@@ -19,6 +19,7 @@
 #pragma GCC diagnostic pop
 #endif
 #define AMPGRAD_BF16_AVX512 1
+#include "framework/bfloat16_avx512.h"
 #endif
 
 namespace ampgrad {
@@ -77,17 +78,9 @@ void from_float_avx2(const float* src, BFloat16* dst, size_t n) {
 }
 
 [[gnu::target("avx512f,avx512bw")]] void from_float_avx512(const float* src, BFloat16* dst, size_t n) {
-  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i quiet = _mm512_set1_epi32(0x00400000);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
-    const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(bias, odd));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i bits = _mm512_srli_epi32(_mm512_mask_or_epi32(rounded, nan, u, quiet), 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bits));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), bf16::round_avx512(_mm512_loadu_ps(src + i)));
   }
   from_float_scalar(src + i, dst + i, n - i);
 }

@@ -29,6 +29,8 @@
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+
+#include "framework/bfloat16_avx512.h"
 #define AMPGRAD_DIRECT_CONV 1
 #endif
 
@@ -44,6 +46,8 @@ namespace {
 // channel tile's: transients beside x and w, bounded whatever the batch and the number of output
 // channels. Tests lower them (set_direct_conv_budgets_for_testing).
 constexpr int64_t kPaddedBudget = int64_t{1} << 23, kPartialBudget = int64_t{1} << 21;
+// The weight gradient's windows of one block of positions, in bytes: half of a 1 MB L2.
+constexpr int64_t kWindowBudget = int64_t{1} << 19;
 std::atomic<int64_t> padded_budget_for_testing{0}, partial_budget_for_testing{0};
 int64_t padded_budget() {
   const int64_t set = padded_budget_for_testing.load();
@@ -109,9 +113,12 @@ void pad_samples(const T* src, int64_t n0, int64_t n, const Plan& p, Out* padded
                    for (int64_t item = lo; item < hi; ++item) {
                      const int64_t s = item / planes, cw = item % planes;
                      Out* dst = padded + item * plane;
-                     std::fill(dst, dst + plane, Out{});
+                     // Zeros only where no row lands: before the first row, between rows, after the last.
+                     Out* zeros_from = dst;
                      for (int64_t r = 0; r < p.height; ++r) {
                        Out* row = dst + (p.pad_h + r) * p.padded_w + p.pad_w;
+                       std::fill(zeros_from, row, Out{});
+                       zeros_from = row + p.width;
                        if constexpr (kPairs) {
                          const int64_t c = 2 * cw;
                          const T* first = src + ((n0 + s) * p.channels + c) * hw + r * p.width;
@@ -124,40 +131,46 @@ void pad_samples(const T* src, int64_t n0, int64_t n, const Plan& p, Out* padded
                                      static_cast<size_t>(p.width) * sizeof(T));
                        }
                      }
+                     std::fill(zeros_from, dst + plane, Out{});
                    }
                  });
 }
 
-// The tile's float sums leave through a small buffer: of grid positions q0 .. q0 + kCols - 1,
-// those with ow < Wo go to y (plus b, rounded once to T) for the block's valid channels.
+// n values in copies of fixed sizes, which compile to a few moves: a call to memcpy for each run of
+// a tile row cost 3% of the BF16 ResNet stage.
+template <typename T>
+void copy_run(T* dst, const T* src, int64_t n) {
+  for (; n >= 16; n -= 16, dst += 16, src += 16) std::memcpy(dst, src, 16 * sizeof(T));
+  for (int64_t size = 8; size > 0; size /= 2) {
+    if ((n & size) != 0) {
+      std::memcpy(dst, src, static_cast<size_t>(size) * sizeof(T));
+      dst += size, src += size;
+    }
+  }
+}
+
+// The tile leaves through a small buffer of T (bias added and rounded in registers): of grid
+// positions q0 .. q0 + kCols - 1, those with ow < Wo go to y for the block's valid channels.
 template <int kRows, int kCols, typename T>
-void write_tile(const float (&tile)[kRows][kCols], const T* bias, int64_t o0, int64_t q0, const Plan& p,
-                T* y_sample) {
+void write_tile(const T (&tile)[kRows][kCols], int64_t o0, int64_t q0, const Plan& p, T* y_sample) {
   const int64_t rows = std::min<int64_t>(kRows, p.out_c - o0), plane = p.out_h * p.out_w;
   const int64_t end = std::min(q0 + kCols, p.out_h * p.padded_w);
   for (int64_t q = q0; q < end;) {
     const int64_t oh = q / p.padded_w, ow = q % p.padded_w, row_end = (oh + 1) * p.padded_w;
     const int64_t valid = std::min({row_end, oh * p.padded_w + p.out_w, end}) - q;
     for (int64_t r = 0; valid > 0 && r < rows; ++r) {
-      const float* sums = tile[r] + (q - q0);
-      T* out = y_sample + (o0 + r) * plane + oh * p.out_w + ow;
-      const float add = bias == nullptr ? 0.0f : load(bias[o0 + r]);
-      if constexpr (std::is_same_v<T, float>) {
-        if (bias == nullptr) {
-          std::memcpy(out, sums, static_cast<size_t>(valid) * sizeof(float));
-          continue;
-        }
-      }
-      for (int64_t c = 0; c < valid; ++c) out[c] = store<T>(bias == nullptr ? sums[c] : sums[c] + add);
+      copy_run(y_sample + (o0 + r) * plane + oh * p.out_w + ow, tile[r] + (q - q0), valid);
     }
     q = std::min(row_end, end);
   }
 }
 
 // ---- Forward tiles: kRows channels o0.. x kCols grid positions q0..; `in` is the sample's padded
-// copy from element q0 of its first plane, `wp` the packed block of o0 -------------------------
+// copy from element q0 of its first plane, `wp` the packed block of o0, `bias` its kRows channels'
+// biases (-0.0f without one: adding it changes no sum, not even a -0) -------------------------
 
-[[gnu::noinline]] void tile_avx2(const float* in, const float* wp, const Plan& p, float (&tile)[6][16]) {
+[[gnu::noinline]] void tile_avx2(const float* in, const float* wp, const float* bias, const Plan& p,
+                                 float (&tile)[6][16]) {
   constexpr int kRows = 6;
   __m256 acc[kRows][2];
 #pragma GCC unroll 6
@@ -179,28 +192,43 @@ void write_tile(const float (&tile)[kRows][kCols], const T* bias, int64_t o0, in
   }
 #pragma GCC unroll 6
   for (int r = 0; r < kRows; ++r) {
-    _mm256_storeu_ps(tile[r], acc[r][0]);
-    _mm256_storeu_ps(tile[r] + 8, acc[r][1]);
+    const __m256 b = _mm256_set1_ps(bias[r]);
+    _mm256_storeu_ps(tile[r], _mm256_add_ps(acc[r][0], b));
+    _mm256_storeu_ps(tile[r] + 8, _mm256_add_ps(acc[r][1], b));
   }
 }
 
-// An AVX-512 forward tile's 8 x 2 accumulators: zeroed, and stored into the tile (both tiles).
+// An AVX-512 forward tile's 8 x 2 accumulators: zeroed, and stored into the tile with the bias
+// added (the bfloat16 tile rounds them there too).
 [[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void zero_accumulators(__m512 (&acc)[8][2]) {
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
 }
 
 [[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void store_accumulators(const __m512 (&acc)[8][2],
-                                                                          float (&tile)[8][32]) {
+                                                                          const float* bias, float (&tile)[8][32]) {
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) {
-    _mm512_storeu_ps(tile[r], acc[r][0]);
-    _mm512_storeu_ps(tile[r] + 16, acc[r][1]);
+    const __m512 b = _mm512_set1_ps(bias[r]);
+    _mm512_storeu_ps(tile[r], _mm512_add_ps(acc[r][0], b));
+    _mm512_storeu_ps(tile[r] + 16, _mm512_add_ps(acc[r][1], b));
   }
 }
 
-[[AMPGRAD_AVX512_TARGET, gnu::noinline]] void tile_avx512(const float* in, const float* wp, const Plan& p,
-                                                          float (&tile)[8][32]) {
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void store_accumulators(const __m512 (&acc)[8][2],
+                                                                          const float* bias, BFloat16 (&tile)[8][32]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) {
+    const __m512 b = _mm512_set1_ps(bias[r]);
+    for (int half = 0; half < 2; ++half) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(tile[r] + 16 * half),
+                          bf16::round_avx512(_mm512_add_ps(acc[r][half], b)));
+    }
+  }
+}
+
+[[AMPGRAD_AVX512_TARGET, gnu::noinline]] void tile_avx512(const float* in, const float* wp, const float* bias,
+                                                          const Plan& p, float (&tile)[8][32]) {
   constexpr int kRows = 8;
   __m512 acc[kRows][2];
   zero_accumulators(acc);
@@ -219,11 +247,12 @@ void write_tile(const float (&tile)[kRows][kCols], const T* bias, int64_t o0, in
       }
     }
   }
-  store_accumulators(acc, tile);
+  store_accumulators(acc, bias, tile);
 }
 
 [[AMPGRAD_AVX512_BF16_TARGET, gnu::noinline]] void tile_avx512_bf16(const uint32_t* in, const uint32_t* wp,
-                                                                    const Plan& p, float (&tile)[8][32]) {
+                                                                    const float* bias, const Plan& p,
+                                                                    BFloat16 (&tile)[8][32]) {
   constexpr int kRows = 8;
   __m512 acc[kRows][2];
   zero_accumulators(acc);
@@ -242,7 +271,7 @@ void write_tile(const float (&tile)[kRows][kCols], const T* bias, int64_t o0, in
       }
     }
   }
-  store_accumulators(acc, tile);
+  store_accumulators(acc, bias, tile);
 }
 
 // y = conv(src, w) + b over every sample, with the tile of kRows x kCols that tile_fn computes.
@@ -254,6 +283,8 @@ void run(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y, T
   p.padded_w = p.width + 2 * p.pad_w;
   const std::vector<W> wp = pack_weights<kRows>(w, p);
   const int64_t blocks = (p.out_c + kRows - 1) / kRows, block_words = p.words * p.kh * p.kw * kRows;
+  std::vector<float> row_bias(static_cast<size_t>(blocks * kRows), -0.0f);
+  for (int64_t o = 0; bias != nullptr && o < p.out_c; ++o) row_bias[static_cast<size_t>(o)] = load(bias[o]);
   const int64_t per_sample = p.words * p.padded_h * p.padded_w;
   const int64_t grid = p.out_h * p.padded_w, tiles = (grid + kCols - 1) / kCols;
   // The last sample's last tile reads up to kCols + kw past its last plane (positions past the grid).
@@ -272,7 +303,7 @@ void run(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y, T
     pad_samples<!std::is_same_v<T, float>>(src, n0, n, p, padded);
     std::fill(padded + n * per_sample, padded + n * per_sample + slack, W{});
     parallel_range(n * items_per_sample, 1, [&](int64_t lo, int64_t hi) {
-      float tile[kRows][kCols];
+      T tile[kRows][kCols];
       for (int64_t item = lo; item < hi; ++item) {
         const int64_t s = item / items_per_sample, t0 = (item % items_per_sample) * tiles_per_item;
         const int64_t t1 = std::min(tiles, t0 + tiles_per_item);
@@ -280,8 +311,8 @@ void run(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y, T
         T* y_sample = y + (n0 + s) * p.out_c * p.out_h * p.out_w;
         for (int64_t ob = 0; ob < blocks; ++ob) {
           for (int64_t t = t0; t < t1; ++t) {
-            tile_fn(in + t * kCols, wp.data() + ob * block_words, p, tile);
-            write_tile(tile, bias, ob * kRows, t * kCols, p, y_sample);
+            tile_fn(in + t * kCols, wp.data() + ob * block_words, row_bias.data() + ob * kRows, p, tile);
+            write_tile(tile, ob * kRows, t * kCols, p, y_sample);
           }
         }
       }
@@ -294,18 +325,21 @@ template <typename T>
 void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan& p, T* y) {
   if constexpr (std::is_same_v<T, float>) {
     if (effective_cpu_isa() >= CpuIsa::kAvx512) {
-      run<8, 32>(src, w, bias, batch, p, y, [](const float* in, const float* wp, const Plan& q, float(&t)[8][32]) {
-        tile_avx512(in, wp, q, t);
-      });
+      run<8, 32>(src, w, bias, batch, p, y,
+                 [](const float* in, const float* wp, const float* b, const Plan& q, float(&t)[8][32]) {
+                   tile_avx512(in, wp, b, q, t);
+                 });
     } else {
-      run<6, 16>(src, w, bias, batch, p, y, [](const float* in, const float* wp, const Plan& q, float(&t)[6][16]) {
-        tile_avx2(in, wp, q, t);
-      });
+      run<6, 16>(src, w, bias, batch, p, y,
+                 [](const float* in, const float* wp, const float* b, const Plan& q, float(&t)[6][16]) {
+                   tile_avx2(in, wp, b, q, t);
+                 });
     }
   } else {
-    run<8, 32>(src, w, bias, batch, p, y, [](const uint32_t* in, const uint32_t* wp, const Plan& q, float(&t)[8][32]) {
-      tile_avx512_bf16(in, wp, q, t);
-    });
+    run<8, 32>(src, w, bias, batch, p, y,
+               [](const uint32_t* in, const uint32_t* wp, const float* b, const Plan& q, BFloat16(&t)[8][32]) {
+                 tile_avx512_bf16(in, wp, b, q, t);
+               });
   }
 }
 
@@ -313,11 +347,11 @@ void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan
 // dw[o, (c, i, j)] = sum over samples and grid positions q of dyg[o, q] xp[c, q + i Wp + j], where
 // dyg is dy on the padded-width grid with zeros at the dropped columns (ow >= Wo) and past the
 // grid: a GEMM whose long reduction runs over q. A tile of kO output channels x kK taps keeps one
-// vector of float partial sums per pair, in registers over a block of about 2 KB of each row (512
-// float or 1024 bfloat16 positions) of a group of samples (dy rows and x windows of the block stay
-// in L2 while every tile passes over them) and in memory between blocks; its lanes are added in
-// double at the end. Bfloat16 takes positions (q, q + 1) as the pairs of VDPBF16PS: both operands
-// are runs of memory, so pairs need no rearranging.
+// vector of float partial sums per pair, in registers over a block of 2 to 8 KB of each row of a
+// group of samples (the x windows of the block stay in L2 while every tile passes over them) and
+// in memory between blocks; its lanes are added in double at the end. Bfloat16 takes positions
+// (q, q + 1) as the pairs of VDPBF16PS: both operands are runs of memory, so pairs need no
+// rearranging.
 
 // p rounded up to a 64-byte boundary (a buffer allocated 16 floats longer holds what follows).
 inline float* align_64(float* p) {
@@ -432,14 +466,18 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
   p.padded_h = p.height + 2 * p.pad_h;
   p.padded_w = p.width + 2 * p.pad_w;
   const int64_t plane = p.padded_h * p.padded_w, per_sample = p.channels * plane;
-  // The grid in blocks of about 2 KB of each row (512 float or 1024 bfloat16 positions, a multiple
-  // of 32), as even as they come.
-  constexpr int64_t kBlock = 2048 / sizeof(T);
-  const int64_t grid = p.out_h * p.padded_w, blocks = (grid + kBlock - 1) / kBlock;
+  // The grid in blocks of up to `most` positions (a multiple of 32), as even as they come: as many
+  // as keep every channel's windows of a block within kWindowBudget (they stay in L2 while every
+  // tile passes over them), from 2 KB to 8 KB of each row. Longer blocks send each tile's partial
+  // sums to memory less often (BF16 ResNet stage 123 -> 118 ms from 2 KB to 8 KB rows).
+  const int64_t most = std::clamp<int64_t>(kWindowBudget / (p.channels * static_cast<int64_t>(sizeof(T))),
+                                           2048 / sizeof(T), 8192 / sizeof(T));
+  const int64_t grid = p.out_h * p.padded_w, blocks = (grid + most - 1) / most;
   const int64_t len = ((grid + blocks - 1) / blocks + 31) / 32 * 32, grid_len = blocks * len;
-  // Small planes: a block runs over a group of samples, so a tile's partial sums go to memory
-  // after about two blocks' worth of positions, not after every sample.
-  const int64_t group = std::max<int64_t>(1, 2 * kBlock / grid_len);
+  // Small planes: a block runs over a group of samples, up to `most` positions in all. (A group
+  // has more than one sample only when the grid is one block, so a lane adds its products in
+  // sample, then position order, whatever the block.)
+  const int64_t group = std::max<int64_t>(1, most / grid_len);
   const int64_t taps = p.channels * p.kh * p.kw;
   // Past the last sample's last plane, its last block's windows reach grid_len - grid + kw - 1.
   const int64_t slack = grid_len - grid + p.kw + 32;
