@@ -38,7 +38,8 @@ const Case kCases[] = {
     {1, 2, 4, 70, 3, 3, 2, 2, 1, true},    // padding 2 rows (as large as the direct input gradient allows)
     {2, 16, 12, 65, 20, 3, 3, 1, 1, true}, // several tiles and blocks
     {1, 3, 5, 9, 10, 3, 3, 1, 1, true},    // a tile spans several output rows
-    {1, 2, 41, 47, 3, 3, 3, 1, 1, false},  // the weight gradient's grid in 4 blocks of 512 floats (2 of 1024 bfloat16), the last part empty
+    {1, 2, 70, 90, 3, 3, 3, 1, 1, false},  // the weight gradient's grid in blocks: 4 of 1600 floats, 2 of 3200 bfloat16
+    {2, 3, 4, 31, 5, 1, 3, 0, 1, true},    // rows sharing padding columns and no padding rows
     {2, 2, 1, 1, 3, 3, 3, 1, 1, true},     // an input smaller than the kernel
     {1, 3, 2, 2, 5, 3, 3, 2, 2, true},     // padding 2 all round a 2 x 2 input
 };
