@@ -2,6 +2,7 @@
 // register: the bulk conversion uses it, and so do kernels that round their results in registers.
 #pragma once
 
+#if defined(__x86_64__)
 #include <immintrin.h>
 
 namespace ampgrad::bf16 {
@@ -23,3 +24,5 @@ namespace ampgrad::bf16 {
 }
 
 }  // namespace ampgrad::bf16
+
+#endif  // __x86_64__

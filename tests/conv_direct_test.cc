@@ -38,7 +38,7 @@ const Case kCases[] = {
     {1, 2, 4, 70, 3, 3, 2, 2, 1, true},    // padding 2 rows (as large as the direct input gradient allows)
     {2, 16, 12, 65, 20, 3, 3, 1, 1, true}, // several tiles and blocks
     {1, 3, 5, 9, 10, 3, 3, 1, 1, true},    // a tile spans several output rows
-    {1, 2, 70, 90, 3, 3, 3, 1, 1, false},  // the weight gradient's grid in blocks: 4 of 1600 floats, 2 of 3200 bfloat16
+    {2, 2, 70, 90, 3, 3, 3, 1, 1, false},  // the weight gradient's grid in blocks: 4 of 1600 floats, 2 of 3200 bfloat16
     {2, 3, 4, 31, 5, 1, 3, 0, 1, true},    // rows sharing padding columns and no padding rows
     {2, 2, 1, 1, 3, 3, 3, 1, 1, true},     // an input smaller than the kernel
     {1, 3, 2, 2, 5, 3, 3, 2, 2, true},     // padding 2 all round a 2 x 2 input
@@ -188,8 +188,8 @@ TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
     ag::ops::sum(ag::ops::conv2d(x, w, Tensor(), {.padding = {c.ph, c.pw}}) * dy).backward();
     EXPECT_EQ(w.grad().to_vector(), dw.to_vector());
   }
-  // Many samples of several blocks each (a 32 x 32 padded plane is two blocks).
-  const Case big{40, 8, 30, 30, 5, 3, 3, 1, 1, false};
+  // Many samples of several blocks each (30 rows of 71 positions: two blocks of float32).
+  const Case big{40, 8, 30, 70, 5, 3, 3, 1, 1, false};
   const k::ConvGeometry g = geometry(big);
   const Tensor x = random_tensor(x_shape(big), 7), dy = random_tensor({big.n, big.o, g.out_h, g.out_w}, 8);
   Tensor dw = Tensor::empty(w_shape(big), DType::kFloat32);

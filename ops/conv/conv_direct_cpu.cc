@@ -179,7 +179,8 @@ void write_tile(const T (&tile)[kRows][kCols], int64_t o0, int64_t q0, const Pla
 
 // ---- Forward tiles: kRows channels o0.. x kCols grid positions q0..; `in` is the sample's padded
 // copy from element q0 of its first plane, `wp` the packed block of o0, `bias` its kRows channels'
-// biases (-0.0f without one: adding it changes no sum, not even a -0) -------------------------
+// biases (-0.0f without one: adding it changes no sum, not even a -0, with MXCSR's DAZ off as
+// ampgrad leaves it) -------------------------------------------------------------------------
 
 [[gnu::noinline]] void tile_avx2(const float* in, const float* wp, const float* bias, const Plan& p,
                                  float (&tile)[6][16]) {
@@ -478,7 +479,7 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
   p.padded_h = p.height + 2 * p.pad_h;
   p.padded_w = padded_width(p);
   const int64_t plane = p.padded_h * p.padded_w, per_sample = p.channels * plane;
-  // The grid in blocks of up to `most` positions (a multiple of 32), as even as they come: as many
+  // The grid in blocks of about `most` positions (rounded up to 32), as even as they come: as many
   // as keep every channel's windows of a block within kWindowBudget (they stay in L2 while every
   // tile passes over them), from 2 KB to 8 KB of each row. Longer blocks send each tile's partial
   // sums to memory less often (BF16 ResNet stage 123 -> 118 ms from 2 KB to 8 KB rows).
@@ -500,9 +501,10 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
   Tensor grid_block = Tensor::empty({(held + group) * p.out_c * grid_len}, kDTypeOf<T>, Device::kCPU);
   T* const padded = padded_block.data<T>();
   T* const dyg = grid_block.data<T>();
-  // Zeros for the tiles' missing rows (channels past O), as long as a group's reads.
+  // Zeros for the tiles' missing rows (channels past O, if O is not a multiple of kO), as long as a
+  // group's reads.
   T* const zero_rows = dyg + held * p.out_c * grid_len;
-  std::fill(zero_rows, zero_rows + group * p.out_c * grid_len, T{});
+  if (p.out_c % kO != 0) std::fill(zero_rows, zero_rows + group * p.out_c * grid_len, T{});
   // Each tap's offset in a sample's padded copy: c plane + i Wp + j.
   std::vector<int64_t> offset(static_cast<size_t>(taps));
   for (int64_t t = 0; t < taps; ++t) {
