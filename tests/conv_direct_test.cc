@@ -5,8 +5,10 @@
 // AMPGRAD_CPU_ISA=avx2, so the AVX2 tile is held to the same bits as the AVX-512 one.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <vector>
 
 #include "framework/cpu_features.h"
@@ -178,7 +180,7 @@ TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
     const k::ConvGeometry g = geometry(c);
     const Tensor x = random_tensor(x_shape(c), seed++), dy = random_tensor({c.n, c.o, g.out_h, g.out_w}, seed++);
     Tensor dw = Tensor::empty(w_shape(c), DType::kFloat32);
-    k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
+    ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
     // Each vector lane sums a share of the n x grid positions in float (|dy x| <= 1); the lanes are
     // totalled in double.
     EXPECT_CLOSE(dw, weight_grad_reference(c, x, dy), DType::kFloat32, {.k = grid_terms(c), .magnitude = 16});
@@ -193,7 +195,7 @@ TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
   const k::ConvGeometry g = geometry(big);
   const Tensor x = random_tensor(x_shape(big), 7), dy = random_tensor({big.n, big.o, g.out_h, g.out_w}, 8);
   Tensor dw = Tensor::empty(w_shape(big), DType::kFloat32);
-  k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
+  ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
   EXPECT_CLOSE(dw, weight_grad_reference(big, x, dy), DType::kFloat32, {.k = grid_terms(big), .magnitude = 64});
 }
 
@@ -227,7 +229,7 @@ TEST(DirectConv2d, Bfloat16MatchesTheFloat64Reference) {
     k::cpu::direct_conv2d_input_grad(dy, w, g, dx);
     EXPECT_CLOSE(dx, input_grad_reference(c, dy, w), DType::kBFloat16, {.k = c.o * c.kh * c.kw, .magnitude = 4});
     Tensor dw = Tensor::empty(w_shape(c), DType::kBFloat16);
-    k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
+    ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
     EXPECT_CLOSE(dw, weight_grad_reference(c, x, dy), DType::kBFloat16, {.k = grid_terms(c), .magnitude = 16});
     // The op (as autocast runs it) takes the same kernels.
     Tensor xr = x.detach(), wr = w.detach();
@@ -261,7 +263,7 @@ TEST(DirectConv2d, ChunksAndBandsChangeNoBit) {
       Tensor dw = Tensor::empty(w_shape(c), dtype);
       k::cpu::direct_conv2d(x, w, b, g, y);
       k::cpu::direct_conv2d_input_grad(dy, w, g, dx);
-      k::cpu::direct_conv2d_weight_grad(x, dy, g, dw);
+      EXPECT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
       return std::vector<std::vector<float>>{y.to_vector(), dx.to_vector(), dw.to_vector()};
     };
     const auto whole = run_all();
@@ -282,6 +284,38 @@ TEST(DirectConv2d, ChunksAndBandsChangeNoBit) {
     EXPECT_EQ(pieces[1], whole[1]) << "dx";
     EXPECT_EQ(pieces[2], whole[2]) << "dw";
   }
+}
+
+// An infinity in x: the direct weight gradient's dropped grid columns multiply it by a dy of 0 for
+// a tap that never meets it (here j = 2 reads column 0 of the next row), so it reports a NaN and
+// the op takes the im2col route for dw, whose non-finite entries are the float64 reference's.
+TEST(DirectConv2d, AnInfinityInXGivesTheReferencesNonFiniteWeightGradient) {
+  const Case c{1, 2, 5, 6, 3, 3, 3, 1, 1, false};
+  const k::ConvGeometry g = geometry(c);
+  std::vector<double> xv = agt::random_values(static_cast<size_t>(c.n * c.c * c.h * c.w), -1, 1, 91);
+  xv[2 * c.w] = std::numeric_limits<double>::infinity();  // x[0, 0, 2, 0]
+  const Tensor x = Tensor::from_vector(xv, x_shape(c), DType::kFloat32);
+  const Tensor dy = random_tensor({c.n, c.o, g.out_h, g.out_w}, 92);
+  Tensor direct = Tensor::empty(w_shape(c), DType::kFloat32);
+  EXPECT_FALSE(k::cpu::direct_conv2d_weight_grad(x, dy, g, direct)) << "the direct sums should hold a NaN";
+
+  Tensor w = random_tensor(w_shape(c), 93);
+  w.set_requires_grad(true);
+  ag::ops::sum(ag::ops::conv2d(x, w, Tensor(), {.padding = {c.ph, c.pw}}) * dy).backward();
+  const std::vector<float> dw = w.grad().to_vector();
+  const std::vector<double> want = weight_grad_reference(c, x, dy);
+  int non_finite = 0;
+  for (size_t k = 0; k < want.size(); ++k) {
+    SCOPED_TRACE(k);
+    EXPECT_EQ(std::isnan(dw[k]), std::isnan(want[k]));
+    if (std::isinf(want[k])) {
+      EXPECT_EQ(dw[k], static_cast<float>(want[k]));
+    } else if (!std::isnan(want[k])) {
+      EXPECT_NEAR(dw[k], want[k], 1e-4 * (1 + std::abs(want[k])));
+    }
+    non_finite += std::isfinite(want[k]) ? 0 : 1;
+  }
+  EXPECT_GT(non_finite, 0) << "the infinity should reach some taps";
 }
 
 TEST(DirectConv2d, AppliesOnlyWhereItsInputGradientIsOneToo) {

@@ -108,19 +108,24 @@ struct Conv2d {
     if (depthwise(x, w)) {
       if (dx.defined() || dw.defined()) kernels::depthwise_conv2d_backward(x, w, dy, geometry, dx, dw);
     } else if (saved.needs_grad(0) || saved.needs_grad(1)) {
-      // Where the forward was a direct convolution, so are both gradients.
+      // Where the forward was a direct convolution, so are both gradients; the im2col route does
+      // the rest, and dw again where the direct one came out NaN (a non-finite x; conv_kernels.h).
+      bool need_dx = saved.needs_grad(0), need_dw = saved.needs_grad(1);
       if (kernels::direct_conv2d_applies(x, w, geometry, groups)) {
-        if (saved.needs_grad(0)) kernels::cpu::direct_conv2d_input_grad(dy, w, geometry, dx);
-        if (saved.needs_grad(1)) {
+        if (need_dx) kernels::cpu::direct_conv2d_input_grad(dy, w, geometry, dx);
+        if (need_dw) {
           dw = Tensor::empty(w.shape(), dy.dtype(), dy.device());
-          kernels::cpu::direct_conv2d_weight_grad(x, dy, geometry, dw);
+          if (!kernels::cpu::direct_conv2d_weight_grad(x, dy, geometry, dw)) dw = Tensor();
         }
-      } else {
+        need_dx = false;
+        need_dw = need_dw && !dw.defined();
+      }
+      if (need_dx || need_dw) {
         for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
           Tensor dyt = Tensor::empty({groups, out_c / groups, n * len}, dy.dtype(), dy.device());
           Tensor dyt_channels = reshape(dyt, {out_c, n, len});
           kernels::channels_from_samples(dy, n0, dyt_channels);
-          if (saved.needs_grad(1)) {
+          if (need_dw) {
             const Tensor part = reshape(gemm(dyt, Transpose::kNo, columns(x, w, n0, n), Transpose::kYes), w.shape());
             if (dw.defined()) {
               accumulate_(dw, part);  // a later chunk: one rounding per chunk, few chunks by the budget
@@ -128,7 +133,7 @@ struct Conv2d {
               dw = part;
             }
           }
-          if (saved.needs_grad(0)) {
+          if (need_dx) {
             Tensor dcols = reshape(gemm(w3, Transpose::kYes, dyt, Transpose::kNo),
                                    {x.size(1) * geometry.kh * geometry.kw, n, len});
             kernels::col2im(dcols, geometry, n0, dx);

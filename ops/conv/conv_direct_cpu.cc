@@ -18,6 +18,7 @@
 // where that route rounds the sum and then the sum plus b.
 // The weight gradient is a GEMM whose long reduction runs over the grid: vectors along q.
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <type_traits>
@@ -653,7 +654,7 @@ void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeome
   });
 }
 
-void direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw) {
+bool direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw) {
   AG_CHECK(dy.dtype() == x.dtype() && dw.dtype() == x.dtype(), "conv2d backward: dy is ", dtype_name(dy.dtype()),
            ", x ", dtype_name(x.dtype()), " and dw ", dtype_name(dw.dtype()), "; the direct kernel takes one dtype");
   const Plan p{.channels = x.size(1), .height = x.size(2), .width = x.size(3), .out_c = dw.size(0), .kh = g.kh,
@@ -665,6 +666,7 @@ void direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeom
     T* out = dw.data<T>();
     for (size_t k = 0; k < total.size(); ++k) out[k] = convert<T>(total[k]);
   });
+  return std::none_of(total.begin(), total.end(), [](double v) { return std::isnan(v); });
 }
 
 #else  // no AVX2/FMA build: the im2col route serves every convolution
@@ -676,8 +678,9 @@ void direct_conv2d(const Tensor&, const Tensor&, const Tensor&, const ConvGeomet
 void direct_conv2d_input_grad(const Tensor&, const Tensor&, const ConvGeometry&, Tensor&) {
   AG_CHECK(false, "conv2d: the direct kernel needs an AVX2/FMA build");
 }
-void direct_conv2d_weight_grad(const Tensor&, const Tensor&, const ConvGeometry&, Tensor&) {
+bool direct_conv2d_weight_grad(const Tensor&, const Tensor&, const ConvGeometry&, Tensor&) {
   AG_CHECK(false, "conv2d: the direct kernel needs an AVX2/FMA build");
+  return false;
 }
 void set_direct_conv_budgets_for_testing(int64_t, int64_t) {}
 

@@ -95,10 +95,11 @@ inline void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
 // direct_conv2d_input_grad: dx [N, C, H, W] from dy [N, O, Ho, Wo], as the stride-1 convolution of
 // dy padded by kernel - 1 - padding with w transposed and turned (summed over (o, i, j)).
 // direct_conv2d_weight_grad: dw [O, C, kh, kw] = the sum over samples and outputs of dy x at each
-// tap, in float vector lanes over every sample, the lanes added in double. A non-finite x can give
-// NaN where the im2col route gives a finite value or an infinity: the dropped grid columns and the
-// positions past the grid pair other x values (the next row's, channel's or sample's) with a dy of
-// 0. All three overwrite their output; dy, w, x and the outputs share one dtype.
+// tap, in float vector lanes over every sample, the lanes added in double. It returns false when
+// a sum is NaN: a non-finite x can make one NaN where the im2col route gives a finite value or an
+// infinity (the dropped grid columns and the positions past the grid pair other x values, the next
+// row's, channel's or sample's, with a dy of 0), so the caller then takes that route for dw. All
+// three overwrite their output; dy, w, x and the outputs share one dtype.
 // set_direct_conv_budgets_for_testing: lowers the transients' budgets (padded values per chunk of
 // samples, partial-sum floats per band of channels; 0 restores the default) so that tests run the
 // chunk and band loops more than once.
@@ -106,7 +107,7 @@ namespace cpu {
 bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry& g, int64_t groups);
 void direct_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y);
 void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeometry& g, Tensor& dx);
-void direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw);
+[[nodiscard]] bool direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw);
 void set_direct_conv_budgets_for_testing(int64_t padded_values, int64_t partial_floats);
 }  // namespace cpu
 inline bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry& g, int64_t groups) {
