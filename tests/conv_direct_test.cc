@@ -287,33 +287,37 @@ TEST(DirectConv2d, ChunksAndBandsChangeNoBit) {
 }
 
 // An infinity in x: the direct weight gradient's dropped grid columns multiply it by a dy of 0 for
-// a tap that never meets it (here j = 2 reads column 0 of the next row), so it reports a NaN and
-// the op takes the im2col route for dw, whose non-finite entries are the float64 reference's.
+// a tap that never meets it (the dropped column ow = 7 of a row, Wp = 8, at tap j = 2 reads x's
+// column 0 of the next row), so it reports a NaN and the op takes the im2col route for dw, whose
+// non-finite entries are the float64 reference's; dx stays the direct kernel's.
 TEST(DirectConv2d, AnInfinityInXGivesTheReferencesNonFiniteWeightGradient) {
   const Case c{1, 2, 5, 6, 3, 3, 3, 1, 1, false};
   const k::ConvGeometry g = geometry(c);
   std::vector<double> xv = agt::random_values(static_cast<size_t>(c.n * c.c * c.h * c.w), -1, 1, 91);
   xv[2 * c.w] = std::numeric_limits<double>::infinity();  // x[0, 0, 2, 0]
-  const Tensor x = Tensor::from_vector(xv, x_shape(c), DType::kFloat32);
+  Tensor x = Tensor::from_vector(xv, x_shape(c), DType::kFloat32);
   const Tensor dy = random_tensor({c.n, c.o, g.out_h, g.out_w}, 92);
-  Tensor direct = Tensor::empty(w_shape(c), DType::kFloat32);
-  EXPECT_FALSE(k::cpu::direct_conv2d_weight_grad(x, dy, g, direct)) << "the direct sums should hold a NaN";
-
   Tensor w = random_tensor(w_shape(c), 93);
+  Tensor direct_dw = Tensor::empty(w_shape(c), DType::kFloat32), direct_dx = Tensor::empty(x_shape(c), DType::kFloat32);
+  EXPECT_FALSE(k::cpu::direct_conv2d_weight_grad(x, dy, g, direct_dw)) << "the direct sums should hold a NaN";
+  k::cpu::direct_conv2d_input_grad(dy, w, g, direct_dx);
+
+  x.set_requires_grad(true);
   w.set_requires_grad(true);
   ag::ops::sum(ag::ops::conv2d(x, w, Tensor(), {.padding = {c.ph, c.pw}}) * dy).backward();
+  EXPECT_EQ(x.grad().to_vector(), direct_dx.to_vector());
   const std::vector<float> dw = w.grad().to_vector();
   const std::vector<double> want = weight_grad_reference(c, x, dy);
   int non_finite = 0;
-  for (size_t k = 0; k < want.size(); ++k) {
-    SCOPED_TRACE(k);
-    EXPECT_EQ(std::isnan(dw[k]), std::isnan(want[k]));
-    if (std::isinf(want[k])) {
-      EXPECT_EQ(dw[k], static_cast<float>(want[k]));
-    } else if (!std::isnan(want[k])) {
-      EXPECT_NEAR(dw[k], want[k], 1e-4 * (1 + std::abs(want[k])));
+  for (size_t e = 0; e < want.size(); ++e) {
+    SCOPED_TRACE(e);
+    EXPECT_EQ(std::isnan(dw[e]), std::isnan(want[e]));
+    if (std::isinf(want[e])) {
+      EXPECT_EQ(dw[e], static_cast<float>(want[e]));
+    } else if (!std::isnan(want[e])) {
+      EXPECT_NEAR(dw[e], want[e], 1e-4 * (1 + std::abs(want[e])));  // not EXPECT_CLOSE: some entries are not finite
     }
-    non_finite += std::isfinite(want[k]) ? 0 : 1;
+    non_finite += std::isfinite(want[e]) ? 0 : 1;
   }
   EXPECT_GT(non_finite, 0) << "the infinity should reach some taps";
 }

@@ -168,8 +168,10 @@ namespace {
 // the padded x. Each output sums the same taps in the same order as the row-by-row loops (whose
 // multiply-adds the optimised build fuses), the padding's taps adding zeros: the forward and input
 // gradient give their bits for finite values, but for the sign of an exact zero (a bias of -0).
-// Like the direct convolution, the grid multiplies padding and dropped columns by real values: an
-// infinite weight or x can give NaN where the row-by-row loops, which skip them, give an infinity.
+// The grid multiplies padding and dropped columns by real values: an infinite weight or x can give
+// NaN where the row-by-row loops, which skip them, give an infinity. (The direct convolution's
+// weight gradient does the same, but the op then recomputes dw by im2col; this kernel's result
+// stands.)
 bool depthwise_grid_applies(const ConvGeometry& g) {
   return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.pad_h < g.kh &&
          g.pad_w < g.kw;

@@ -18,8 +18,8 @@
 // where that route rounds the sum and then the sum plus b.
 // The weight gradient is a GEMM whose long reduction runs over the grid: vectors along q.
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>

@@ -96,10 +96,11 @@ inline void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
 // dy padded by kernel - 1 - padding with w transposed and turned (summed over (o, i, j)).
 // direct_conv2d_weight_grad: dw [O, C, kh, kw] = the sum over samples and outputs of dy x at each
 // tap, in float vector lanes over every sample, the lanes added in double. It returns false when
-// a sum is NaN: a non-finite x can make one NaN where the im2col route gives a finite value or an
-// infinity (the dropped grid columns and the positions past the grid pair other x values, the next
-// row's, channel's or sample's, with a dy of 0), so the caller then takes that route for dw. All
-// three overwrite their output; dy, w, x and the outputs share one dtype.
+// any sum is NaN, whatever the cause, and the caller then takes the im2col route for dw: a
+// non-finite x can make a NaN where that route gives a finite value or an infinity (the dropped
+// grid columns and the positions past the grid pair other x values, the next row's, channel's or
+// sample's, with a dy of 0). All three overwrite their output; dy, w, x and the outputs share one
+// dtype.
 // set_direct_conv_budgets_for_testing: lowers the transients' budgets (padded values per chunk of
 // samples, partial-sum floats per band of channels; 0 restores the default) so that tests run the
 // chunk and band loops more than once.
