@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ampgrad.h"
 #include "reference.h"
@@ -229,6 +230,50 @@ TEST(Conv2d, EmptyBatchGivesZeroWeightGradients) {
   EXPECT_EQ(agt::max_abs(w.grad()), 0.0);
   EXPECT_EQ(agt::max_abs(b.grad()), 0.0);
   EXPECT_EQ(x.grad().shape(), x.shape());
+}
+
+// An infinity in x on the depthwise padded-width grid: the dropped column of a row at tap j = 2
+// reads column 0 of the next row (dy 0 times inf), so the grid's weight gradient holds a NaN the
+// true taps never make; dw is then computed row by row, and its non-finite entries are float64's.
+TEST(Conv2d, DepthwiseWeightGradientWithAnInfinityInXHasTheReferencesNonFiniteEntries) {
+  const int64_t n = 2, c = 3, h = 5, wd = 6;
+  std::vector<double> xv = agt::random_values(static_cast<size_t>(n * c * h * wd), -1, 1, 11);
+  xv[(1 * c + 1) * h * wd + 2 * wd] = std::numeric_limits<double>::infinity();  // x[1, 1, 2, 0]
+  const Tensor x = Tensor::from_vector(xv, {n, c, h, wd});
+  Tensor w = Tensor::from_vector(agt::random_values(static_cast<size_t>(c * 9), -1, 1, 12), {c, 1, 3, 3});
+  const Tensor dy = Tensor::from_vector(agt::random_values(static_cast<size_t>(n * c * h * wd), -1, 1, 13), {n, c, h, wd});
+  w.set_requires_grad(true);
+  ag::ops::sum(ag::ops::conv2d(x, w, Tensor(), {.padding = {1, 1}, .groups = c}) * dy).backward();
+  const std::vector<float> dw = w.grad().to_vector();
+  const std::vector<double> d = dy.to_double_vector();
+  int non_finite = 0;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t j = 0; j < 3; ++j) {
+        double want = 0;
+        for (int64_t s = 0; s < n; ++s) {
+          for (int64_t oy = 0; oy < h; ++oy) {
+            for (int64_t ox = 0; ox < wd; ++ox) {
+              const int64_t iy = oy - 1 + i, ix = ox - 1 + j;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+              want += d[static_cast<size_t>(((s * c + ch) * h + oy) * wd + ox)] *
+                      xv[static_cast<size_t>(((s * c + ch) * h + iy) * wd + ix)];
+            }
+          }
+        }
+        const float got = dw[static_cast<size_t>((ch * 3 + i) * 3 + j)];
+        SCOPED_TRACE(testing::Message() << "channel " << ch << " tap " << i << ", " << j);
+        EXPECT_EQ(std::isnan(got), std::isnan(want));
+        if (std::isinf(want)) {
+          EXPECT_EQ(got, static_cast<float>(want));
+        } else if (!std::isnan(want)) {
+          EXPECT_NEAR(got, want, 1e-4 * (1 + std::abs(want)));
+        }
+        non_finite += std::isfinite(want) ? 0 : 1;
+      }
+    }
+  }
+  EXPECT_GT(non_finite, 0) << "the infinity should reach some taps";
 }
 
 // Dilation can put every tap of a window in the padding: that output is -inf with no gradient.

@@ -2,6 +2,7 @@
 // task, and the channel-major <-> sample-major transposes one L-long run at a time.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -169,9 +170,9 @@ namespace {
 // multiply-adds the optimised build fuses), the padding's taps adding zeros: the forward and input
 // gradient give their bits for finite values, but for the sign of an exact zero (a bias of -0).
 // The grid multiplies padding and dropped columns by real values: an infinite weight or x can give
-// NaN where the row-by-row loops, which skip them, give an infinity. (The direct convolution's
-// weight gradient does the same, but the op then recomputes dw by im2col; this kernel's result
-// stands.)
+// NaN where the row-by-row loops, which skip them, give an infinity. The weight gradient then
+// reports it and is recomputed by those loops (as the direct convolution's is by im2col); the
+// forward and input gradient keep the grid's result.
 bool depthwise_grid_applies(const ConvGeometry& g) {
   return g.stride_h == 1 && g.stride_w == 1 && g.dilation_h == 1 && g.dilation_w == 1 && g.pad_h < g.kh &&
          g.pad_w < g.kw;
@@ -355,9 +356,11 @@ void tap_sums(const C* d, const C* x, const int64_t* off, int64_t n, int64_t len
 }
 
 // dw[c, i, j] = sum over samples and grid positions of dy x at the tap (dy on the grid, zeros in
-// the dropped columns): tap_sums per sample, the totals in double.
+// the dropped columns): tap_sums per sample, the totals in double. Returns false when a total is
+// NaN (the caller then takes the row-by-row loops: an infinite x meets a dy of 0 in the dropped
+// columns, which those loops skip).
 template <typename T>
-void depthwise_grid_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw) {
+bool depthwise_grid_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw) {
   using C = ComputeType<T>;
   const int64_t batch = x.size(0), channels = x.size(1), height = x.size(2), width = x.size(3);
   const int64_t wp = width + 2 * g.pad_w, padded = (height + 2 * g.pad_h) * wp + g.kw, len = g.out_h * wp;
@@ -366,6 +369,7 @@ void depthwise_grid_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeo
   const T* grad = dy.data<T>();
   T* out = dw.data<T>();
   const std::vector<int64_t> off = tap_offsets(g, wp, false);
+  std::atomic<bool> nan{false};
   parallel_range(channels, 1, [&](int64_t lo, int64_t hi) {
     std::vector<C> in(static_cast<size_t>(padded)), d(static_cast<size_t>(len));
     std::vector<double> total(static_cast<size_t>(taps));
@@ -378,8 +382,10 @@ void depthwise_grid_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeo
         tap_sums(d.data(), in.data(), off.data(), taps, len, total.data());
       }
       for (int64_t k = 0; k < taps; ++k) out[c * taps + k] = convert<T>(total[static_cast<size_t>(k)]);
+      if (std::any_of(total.begin(), total.end(), [](double v) { return std::isnan(v); })) nan = true;
     }
   });
+  return !nan;
 }
 
 }  // namespace
@@ -436,10 +442,13 @@ void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& d
   visit_floating_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
     using C = ComputeType<T>;
+    bool need_dx = dx.defined(), need_dw = dw.defined();
     if (depthwise_grid_applies(g)) {
-      if (dx.defined() && dx.numel() > 0) depthwise_grid_input_grad<T>(w, dy, g, dx);
-      if (dw.defined() && dw.numel() > 0) depthwise_grid_weight_grad<T>(x, dy, g, dw);
-      return;
+      if (need_dx && dx.numel() > 0) depthwise_grid_input_grad<T>(w, dy, g, dx);
+      need_dx = false;
+      // A NaN sum: dw again by the row-by-row loops below, which meet only the real taps.
+      need_dw = need_dw && dw.numel() > 0 && !depthwise_grid_weight_grad<T>(x, dy, g, dw);
+      if (!need_dw) return;
     }
     const T* src = x.data<T>();
     const T* filt = w.data<T>();
@@ -457,7 +466,7 @@ void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& d
         }
       }
     };
-    if (dx.defined()) {
+    if (need_dx) {
       T* out = dx.data<T>();
       parallel_range(batch * channels, grain_for(out_l * taps), [&](int64_t lo, int64_t hi) {
         std::vector<C> acc(static_cast<size_t>(height * width)), widened;
@@ -480,7 +489,7 @@ void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& d
         }
       });
     }
-    if (dw.defined()) {
+    if (need_dw) {
       T* out = dw.data<T>();
       // One channel per task: its taps' sums over every sample and output. Per sample, each output
       // column's products are summed over the rows in the compute type, elementwise (a vector

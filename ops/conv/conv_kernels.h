@@ -135,9 +135,9 @@ inline void depthwise_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, 
 // sample's products over short runs, per output column or, at stride 1, over blocks of 512
 // positions in vector lanes, added in double; on CUDA every product in double).
 // On the CPU a depthwise convolution at stride 1, undilated, with padding below the kernel runs
-// over a zero-padded copy of each plane, on the padded-width grid (conv_cpu.cc; like the direct
-// convolution, an infinite x or weight can give NaN there where the others, row by row, give an
-// infinity).
+// over a zero-padded copy of each plane, on the padded-width grid (conv_cpu.cc). An infinite x or
+// weight can give NaN there where the others, row by row, give an infinity: in y and dx it
+// stands; a weight gradient with a NaN is computed again row by row.
 namespace cpu {
 void depthwise_conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const ConvGeometry& g, Tensor& dx,
                                Tensor& dw);
