@@ -241,7 +241,8 @@ TEST(Conv2d, DepthwiseWeightGradientWithAnInfinityInXHasTheReferencesNonFiniteEn
   xv[(1 * c + 1) * h * wd + 2 * wd] = std::numeric_limits<double>::infinity();  // x[1, 1, 2, 0]
   const Tensor x = Tensor::from_vector(xv, {n, c, h, wd});
   Tensor w = Tensor::from_vector(agt::random_values(static_cast<size_t>(c * 9), -1, 1, 12), {c, 1, 3, 3});
-  const Tensor dy = Tensor::from_vector(agt::random_values(static_cast<size_t>(n * c * h * wd), -1, 1, 13), {n, c, h, wd});
+  const Tensor dy =
+      Tensor::from_vector(agt::random_values(static_cast<size_t>(n * c * h * wd), -1, 1, 13), {n, c, h, wd});
   w.set_requires_grad(true);
   ag::ops::sum(ag::ops::conv2d(x, w, Tensor(), {.padding = {1, 1}, .groups = c}) * dy).backward();
   const std::vector<float> dw = w.grad().to_vector();
