@@ -110,8 +110,8 @@ struct Conv2d {
     } else if (saved.needs_grad(0) || saved.needs_grad(1)) {
       // Where the forward was a direct convolution, so are both gradients; the im2col route does
       // the rest, and dw again where the direct one holds a NaN (conv_kernels.h: a non-finite x can
-      // put one where this route has none; a NaN both routes share costs dw twice, on a step that
-      // a GradScaler skips anyway).
+      // put one where this route has none; a NaN both routes share, on a diverged step, costs dw
+      // twice).
       bool need_dx = saved.needs_grad(0), need_dw = saved.needs_grad(1);
       if (kernels::direct_conv2d_applies(x, w, geometry, groups)) {
         if (need_dx) kernels::cpu::direct_conv2d_input_grad(dy, w, geometry, dx);
