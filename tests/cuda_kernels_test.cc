@@ -1,7 +1,7 @@
 // CUDA kernels at the sizes and shapes that exercise their edges, against the CPU: vector tails,
 // grid-stride loops past the grid cap, k == 0 GEMMs, reductions over many chunks, the one-launch
 // multi-tensor passes (unscale, its measuring twin, sum of squares, clip_grad_norm_, one optimizer
-// pass over parameters of several groups and dtypes), every optimizer variant, the fused
+// pass over parameters of several groups and dtypes), every optimizer variant, conv2d's moves, the fused
 // attention on tensor cores, and the FP8 linear (its casts, the fused cast and transpose, its
 // cuBLASLt GEMMs, its fallback). Skips without a GPU (fails under AMPGRAD_REQUIRE_CUDA=1).
 #include <gtest/gtest.h>
@@ -28,6 +28,7 @@
 #include "framework/copy.h"
 #include "framework/multi_tensor.h"
 #include "nn/utils.h"
+#include "ops/conv/conv_kernels.h"
 #include "ops/linear/linear_float8_kernels.h"
 #include "ops/reduce/reduce_kernels.h"
 #include "optim_test_util.h"
@@ -106,6 +107,42 @@ TEST(CudaKernels, ReductionsOverManyChunksMatchCpu) {
   const Tensor p = random_tensor({3'000'001}, DType::kFloat16, 6), y = random_tensor({3'000'001}, DType::kFloat16, 7);
   const Tensor cpu = ag::ops::mse_loss(p, y), gpu = ag::ops::mse_loss(p.to(Device::kCUDA), y.to(Device::kCUDA));
   EXPECT_CLOSE(gpu.to_double_vector(), cpu.to_double_vector(), DType::kFloat16);
+}
+
+// Small integers: sums of them are exact in any order, so the GPU's gathers and the CPU's
+// scatters must agree to the bit.
+Tensor small_integers(const ag::Shape& shape, DType dtype, uint64_t seed) {
+  std::vector<double> v = agt::random_values(static_cast<size_t>(ag::shape_numel(shape)), -8.0, 8.0, seed);
+  for (double& e : v) e = std::round(e);
+  return Tensor::from_vector(v, shape, dtype);
+}
+
+// conv2d's moves (im2col, col2im, the transposes) on a chunk that starts at sample 1, with strides,
+// padding and dilation, against the CPU's bit for bit; the untouched samples stay as they were.
+TEST(CudaKernels, ConvolutionMovesOfAChunkMatchTheCpuBitForBit) {
+  SKIP_WITHOUT_CUDA();
+  namespace k = ag::kernels;
+  const k::ConvGeometry g{.kh = 3, .kw = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 2, .dilation_h = 1,
+                          .dilation_w = 2, .out_h = 4, .out_w = 7};  // over x [3, 5, 7, 5]
+  const int64_t batch = 3, channels = 5, n0 = 1, n = 2, rows = channels * g.kh * g.kw, len = g.out_h * g.out_w;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat64}) {
+    SCOPED_TRACE(ag::dtype_name(dtype));
+    const auto on_both = [&](const std::function<void(Device, Tensor&)>& fill, const ag::Shape& shape) {
+      Tensor cpu = small_integers(shape, dtype, 9), gpu = cpu.to(Device::kCUDA);
+      fill(Device::kCPU, cpu);
+      fill(Device::kCUDA, gpu);
+      EXPECT_EQ(gpu.to_double_vector(), cpu.to_double_vector());
+    };
+    const Tensor x = small_integers({batch, channels, 7, 5}, dtype, 1), cols = small_integers({rows, n, len}, dtype, 2);
+    const Tensor ct = small_integers({64, n, len}, dtype, 3), b = small_integers({64}, dtype, 4);
+    const Tensor y = small_integers({batch, 64, len}, dtype, 5);
+    const auto on = [](const Tensor& t, Device d) { return t.to(d); };
+    on_both([&](Device d, Tensor& out) { k::im2col(on(x, d), n0, g, out); }, {rows, n, len});
+    on_both([&](Device d, Tensor& dx) { k::col2im(on(cols, d), g, n0, dx); }, {batch, channels, 7, 5});
+    on_both([&](Device d, Tensor& out) { k::samples_from_channels(on(ct, d), on(b, d), n0, out); }, {batch, 64, len});
+    on_both([&](Device d, Tensor& out) { k::samples_from_channels(on(ct, d), Tensor(), n0, out); }, {batch, 64, len});
+    on_both([&](Device d, Tensor& out) { k::channels_from_samples(on(y, d), n0, out); }, {64, n, len});
+  }
 }
 
 // An empty inner dimension: the product is zero (or the bias), never cuBLAS's k = 0 call, and never

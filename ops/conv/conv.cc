@@ -24,10 +24,6 @@ using kernels::ConvGeometry;
 using kernels::Transpose;
 using kernels::gemm;
 
-// How many columns one chunk builds at most (32 MB of float32): bounds im2col's memory whatever
-// the batch, while a chunk's GEMM stays large enough to run at the engine's speed.
-constexpr int64_t kColumnBudget = int64_t{1} << 23;
-
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
   const int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
   return span < 0 ? 0 : span / stride + 1;
@@ -175,7 +171,8 @@ struct Conv2d {
   template <typename Fn>
   void for_each_chunk(const Tensor& x, const Tensor& w, Fn&& fn) const {
     const int64_t per_sample = x.size(1) * w.size(2) * w.size(3) * geometry.out_h * geometry.out_w;
-    const int64_t batch = x.size(0), chunk = std::clamp<int64_t>(kColumnBudget / per_sample, 1, std::max<int64_t>(batch, 1));
+    const int64_t budget = kernels::im2col_column_budget(x.device());
+    const int64_t batch = x.size(0), chunk = std::clamp<int64_t>(budget / per_sample, 1, std::max<int64_t>(batch, 1));
     for (int64_t n0 = 0; n0 < batch; n0 += chunk) fn(n0, std::min(chunk, batch - n0));
   }
 };

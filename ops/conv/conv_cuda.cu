@@ -1,10 +1,12 @@
 // Convolution moves on CUDA: im2col and the transposes between [O, n, L] and [N, O, L] are one
-// thread per output element; col2im is a gather (one thread per dx element summing the taps that
-// read it, in the compute type), so it needs no atomics and is deterministic.
+// thread per output element (kUnroll loads in flight); col2im is a gather (one thread per dx
+// element summing the taps that read it, in the compute type), so it needs no atomics and is
+// deterministic. Their index math is conv_index.h's, tested on the host.
 #include <cub/block/block_reduce.cuh>
 
 #include "framework/cuda_check.h"
 #include "framework/cuda_helpers.h"
+#include "ops/conv/conv_index.h"
 #include "ops/conv/conv_kernels.h"
 
 namespace ampgrad::kernels::cuda {
@@ -13,71 +15,62 @@ namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
-// x is (N, C, H, W); cols is (C kh kw, n, Ho Wo), filled for the n samples from n0.
-template <typename T>
-__global__ void im2col_kernel(const T* x, int64_t n0, int64_t n, int64_t channels, int64_t height, int64_t width,
-                              ConvGeometry g, T* cols) {
-  const int64_t out_len = g.out_h * g.out_w, total = channels * g.kh * g.kw * n * out_len;
-  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total; k += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t l = k % out_len, s = (k / out_len) % n, row = k / (out_len * n);
-    const int64_t j = row % g.kw, i = (row / g.kw) % g.kh, c = row / (g.kw * g.kh);
-    const int64_t oh = l / g.out_w, ow = l % g.out_w;
-    const int64_t h = oh * g.stride_h - g.pad_h + i * g.dilation_h;
-    const int64_t w = ow * g.stride_w - g.pad_w + j * g.dilation_w;
-    cols[k] = h >= 0 && h < height && w >= 0 && w < width
-                  ? x[(((n0 + s) * channels + c) * height + h) * width + w]
-                  : dstore<T>(Compute<T>(0));
+// Calls launch(Map<FastDivmod>(args...)) when the launch's indices fit in 32 bits, else
+// launch(Map<WideDivmod>(args...)): the maps of conv_index.h, one kernel body for both.
+template <template <typename> class Map, typename Launch, typename... Args>
+void with_index_map(bool fits_32_bits, Launch&& launch, const Args&... args) {
+  if (fits_32_bits) {
+    launch(Map<FastDivmod>(args...));
+  } else {
+    launch(Map<WideDivmod>(args...));
   }
 }
 
-// cols is (C kh kw, n, Ho Wo); dx is (N, C, H, W), its n samples from n0 overwritten: each element
-// sums, taps (i, j) in order, the cols entries im2col read from it.
-template <typename T>
-__global__ void col2im_kernel(const T* cols, int64_t n0, int64_t n, int64_t channels, int64_t height, int64_t width,
-                              ConvGeometry g, T* dx) {
-  using C = Compute<T>;
-  const int64_t out_len = g.out_h * g.out_w, plane = height * width, total = n * channels * plane;
+// cols is (C kh kw, n, Ho Wo), its `total` entries read from x (N, C, H, W) through the map.
+template <typename T, typename Map>
+__global__ void im2col_kernel(const T* x, Map map, int64_t total, T* cols) {
+  using Index = typename Map::Index;
+  unrolled_loop<T>(
+      total,
+      [&](int64_t k) {
+        const int64_t at = map.source(static_cast<Index>(k));
+        return at >= 0 ? x[at] : dstore<T>(Compute<T>(0));
+      },
+      [&](int64_t k, T v) { cols[k] = v; });
+}
+
+// dx (N, C, H, W): its `total` elements from sample n0 on each overwritten with the sum, in the
+// compute type, of the cols (C kh kw, n, Ho Wo) entries im2col read from it.
+template <typename T, typename Map>
+__global__ void col2im_kernel(const T* cols, Map map, int64_t total, T* dx) {
+  using Index = typename Map::Index;
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total; k += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t xw = k % width, y = (k / width) % height, c = (k / plane) % channels, s = k / (channels * plane);
-    C acc = C(0);
-    for (int64_t i = 0; i < g.kh; ++i) {
-      const int64_t oh_scaled = y + g.pad_h - i * g.dilation_h;  // oh stride_h, if a row reads y with tap i
-      if (oh_scaled < 0 || oh_scaled % g.stride_h != 0) continue;
-      const int64_t oh = oh_scaled / g.stride_h;
-      if (oh >= g.out_h) continue;
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const int64_t ow_scaled = xw + g.pad_w - j * g.dilation_w;
-        if (ow_scaled < 0 || ow_scaled % g.stride_w != 0) continue;
-        const int64_t ow = ow_scaled / g.stride_w;
-        if (ow >= g.out_w) continue;
-        const int64_t row = (c * g.kh + i) * g.kw + j;
-        acc += dload(cols[(row * n + s) * out_len + oh * g.out_w + ow]);
-      }
-    }
-    dx[n0 * channels * plane + k] = dstore<T>(acc);
+    Compute<T> acc = Compute<T>(0);
+    map.for_each_source(static_cast<Index>(k), [&](int64_t at) { acc += dload(cols[at]); });
+    dx[k] = dstore<T>(acc);
   }
 }
 
-// ct is (O, n, L); b is (O) or null; out is (N, O, L), its n samples from n0 overwritten.
-template <typename T>
-__global__ void samples_from_channels_kernel(const T* ct, const T* b, int64_t n0, int64_t channels, int64_t n,
-                                             int64_t len, T* out) {
-  const int64_t total = n * channels * len;
-  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total; k += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t l = k % len, o = (k / len) % channels, s = k / (len * channels);
-    const T v = ct[(o * n + s) * len + l];
-    out[n0 * channels * len + k] = b != nullptr ? dstore<T>(dload(v) + dload(b[o])) : v;
-  }
+// out (n, O, L), from ct (O, n, L) through the map, plus b (O) or nothing where b is null.
+template <typename T, typename Map>
+__global__ void samples_from_channels_kernel(const T* ct, const T* b, Map map, int64_t total, T* out) {
+  using Index = typename Map::Index;
+  unrolled_loop<T>(
+      total,
+      [&](int64_t k) {
+        int64_t o = 0;
+        const T v = ct[map.source(static_cast<Index>(k), o)];
+        return b != nullptr ? dstore<T>(dload(v) + dload(b[o])) : v;
+      },
+      [&](int64_t k, T v) { out[k] = v; });
 }
 
-// y is (N, O, L); ct is (O, n, L): the n samples from n0, channel-major.
-template <typename T>
-__global__ void channels_from_samples_kernel(const T* y, int64_t n0, int64_t channels, int64_t n, int64_t len, T* ct) {
-  const int64_t total = channels * n * len;
-  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < total; k += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t l = k % len, s = (k / len) % n, o = k / (len * n);
-    ct[k] = y[((n0 + s) * channels + o) * len + l];
-  }
+// ct (O, n, L), from y (N, O, L) through the map.
+template <typename T, typename Map>
+__global__ void channels_from_samples_kernel(const T* y, Map map, int64_t total, T* ct) {
+  using Index = typename Map::Index;
+  unrolled_loop<T>(
+      total, [&](int64_t k) { return y[map.source(static_cast<Index>(k))]; }, [&](int64_t k, T v) { ct[k] = v; });
 }
 
 // x is (N, C, H, W), w (C, 1, kh, kw), b (C) or null, y (N, C, Ho, Wo): one thread per output.
@@ -156,8 +149,13 @@ void im2col(const Tensor& x, int64_t n0, const ConvGeometry& g, Tensor& cols) {
   const int64_t n = cols.size(1), channels = x.size(-3), height = x.size(-2), width = x.size(-1);
   visit_floating_dtype(cols.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
-    im2col_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<const T*>(x.data_ptr()), n0, n, channels, height,
-                                                       width, g, static_cast<T*>(cols.data_ptr()));
+    with_index_map<Im2colIndex>(
+        fits_fast_divmod(total),
+        [&](const auto& map) {
+          im2col_kernel<<<blocks_for(total, kUnroll), kThreads>>>(static_cast<const T*>(x.data_ptr()), map, total,
+                                                                   static_cast<T*>(cols.data_ptr()));
+        },
+        n0, n, channels, height, width, g);
     AG_CUDA_CHECK_LAUNCH("im2col_kernel");
   });
 }
@@ -166,10 +164,18 @@ void col2im(const Tensor& cols, const ConvGeometry& g, int64_t n0, Tensor& dx) {
   const int64_t n = cols.size(1), channels = dx.size(-3), height = dx.size(-2), width = dx.size(-1);
   const int64_t total = n * channels * height * width;
   if (total == 0) return;
+  // The map divides the element index, and each row and column plus its padding, by the strides.
+  const bool fits = fits_fast_divmod(total) && fits_fast_divmod(height + g.pad_h) && fits_fast_divmod(width + g.pad_w) &&
+                    fits_fast_divmod(g.stride_h) && fits_fast_divmod(g.stride_w);
   visit_floating_dtype(dx.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
-    col2im_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<const T*>(cols.data_ptr()), n0, n, channels, height,
-                                                       width, g, static_cast<T*>(dx.data_ptr()));
+    T* const out = static_cast<T*>(dx.data_ptr()) + n0 * channels * height * width;
+    with_index_map<Col2imIndex>(
+        fits,
+        [&](const auto& map) {
+          col2im_kernel<<<blocks_for(total), kThreads>>>(static_cast<const T*>(cols.data_ptr()), map, total, out);
+        },
+        n, channels, height, width, g);
     AG_CUDA_CHECK_LAUNCH("col2im_kernel");
   });
 }
@@ -180,9 +186,15 @@ void samples_from_channels(const Tensor& ct, const Tensor& b, int64_t n0, Tensor
   const int64_t channels = ct.size(0), n = ct.size(1), len = ct.size(2);
   visit_floating_dtype(out.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
-    samples_from_channels_kernel<T><<<blocks_for(total), kThreads>>>(
-        static_cast<const T*>(ct.data_ptr()), b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr, n0,
-        channels, n, len, static_cast<T*>(out.data_ptr()));
+    const T* const bias = b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr;
+    T* const chunk = static_cast<T*>(out.data_ptr()) + n0 * channels * len;
+    with_index_map<SamplesFromChannelsIndex>(
+        fits_fast_divmod(total),
+        [&](const auto& map) {
+          samples_from_channels_kernel<<<blocks_for(total, kUnroll), kThreads>>>(static_cast<const T*>(ct.data_ptr()),
+                                                                                  bias, map, total, chunk);
+        },
+        channels, n, len);
     AG_CUDA_CHECK_LAUNCH("samples_from_channels_kernel");
   });
 }
@@ -193,8 +205,14 @@ void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
   const int64_t channels = ct.size(0), n = ct.size(1), len = ct.size(2);
   visit_floating_dtype(ct.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
-    channels_from_samples_kernel<T><<<blocks_for(total), kThreads>>>(static_cast<const T*>(y.data_ptr()), n0, channels,
-                                                                      n, len, static_cast<T*>(ct.data_ptr()));
+    with_index_map<ChannelsFromSamplesIndex>(
+        fits_fast_divmod(total),
+        [&](const auto& map) {
+          channels_from_samples_kernel<<<blocks_for(total, kUnroll), kThreads>>>(static_cast<const T*>(y.data_ptr()),
+                                                                                  map, total,
+                                                                                  static_cast<T*>(ct.data_ptr()));
+        },
+        n0, channels, n, len);
     AG_CUDA_CHECK_LAUNCH("channels_from_samples_kernel");
   });
 }
