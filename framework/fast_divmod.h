@@ -62,9 +62,10 @@ struct WideDivmod {
   AG_HOST_DEVICE QuotientRemainder<int64_t> divmod(int64_t n) const { return {n / divisor, n % divisor}; }
 };
 
-/// Whether a grid-stride loop over `count` items may run on 32-bit indices: below 2^31, so that
-/// the index plus the grid's thread count (at most 2^24) never wraps, and every value the index
-/// math divides stays below 2^32.
-inline bool fits_fast_divmod(int64_t count) { return count >= 0 && count < (int64_t{1} << 31); }
+/// Whether FastDivmod may divide values up to `value` (and by divisors up to it): below 2^31, a
+/// margin under its 2^32 so that a caller's sums of such values still fit. A launch checks every
+/// value its index math divides: the element count, and any other it forms (col2im's rows plus
+/// padding, its strides).
+inline bool fits_fast_divmod(int64_t value) { return value >= 0 && value < (int64_t{1} << 31); }
 
 }  // namespace ampgrad

@@ -28,6 +28,7 @@
 #include "framework/copy.h"
 #include "framework/multi_tensor.h"
 #include "nn/utils.h"
+#include "ops/conv/conv_index.h"
 #include "ops/conv/conv_kernels.h"
 #include "ops/linear/linear_float8_kernels.h"
 #include "ops/reduce/reduce_kernels.h"
@@ -117,31 +118,77 @@ Tensor small_integers(const ag::Shape& shape, DType dtype, uint64_t seed) {
   return Tensor::from_vector(v, shape, dtype);
 }
 
+// A tensor's bytes, from either device, to compare bits: == on values would not tell -0 from +0.
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const Tensor host = t.to(Device::kCPU);
+  const auto* p = static_cast<const uint8_t*>(host.data_ptr());
+  return {p, p + host.numel() * static_cast<int64_t>(ag::element_size(host.dtype()))};
+}
+
 // conv2d's moves (im2col, col2im, the transposes) on a chunk that starts at sample 1, with strides,
-// padding and dilation, against the CPU's bit for bit; the untouched samples stay as they were.
+// padding and dilation, against the CPU's bit for bit, with the 32-bit index maps and the 64-bit
+// ones; the untouched samples stay as they were. col2im also over random values: the GPU gathers
+// each element's taps in the order the CPU adds them.
 TEST(CudaKernels, ConvolutionMovesOfAChunkMatchTheCpuBitForBit) {
   SKIP_WITHOUT_CUDA();
   namespace k = ag::kernels;
   const k::ConvGeometry g{.kh = 3, .kw = 2, .stride_h = 2, .stride_w = 1, .pad_h = 1, .pad_w = 2, .dilation_h = 1,
                           .dilation_w = 2, .out_h = 4, .out_w = 7};  // over x [3, 5, 7, 5]
   const int64_t batch = 3, channels = 5, n0 = 1, n = 2, rows = channels * g.kh * g.kw, len = g.out_h * g.out_w;
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat64}) {
+  struct Restore {
+    ~Restore() { k::wide_index_maps_for_testing = false; }
+  } restore;
+  for (const bool wide : {false, true}) {
+    k::wide_index_maps_for_testing = wide;
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+      SCOPED_TRACE(std::string(ag::dtype_name(dtype)) + (wide ? ", 64-bit maps" : ", 32-bit maps"));
+      const auto on_both = [&](const std::function<void(Device, Tensor&)>& fill, const ag::Shape& shape) {
+        Tensor cpu = small_integers(shape, dtype, 9), gpu = cpu.to(Device::kCUDA);
+        fill(Device::kCPU, cpu);
+        fill(Device::kCUDA, gpu);
+        EXPECT_EQ(bytes_of(gpu), bytes_of(cpu));
+      };
+      const Tensor x = small_integers({batch, channels, 7, 5}, dtype, 1);
+      const Tensor cols = small_integers({rows, n, len}, dtype, 2), random_cols = random_tensor({rows, n, len}, dtype, 6);
+      const Tensor ct = small_integers({64, n, len}, dtype, 3), b = small_integers({64}, dtype, 4);
+      const Tensor y = small_integers({batch, 64, len}, dtype, 5);
+      const auto on = [](const Tensor& t, Device d) { return t.to(d); };
+      on_both([&](Device d, Tensor& out) { k::im2col(on(x, d), n0, g, out); }, {rows, n, len});
+      on_both([&](Device d, Tensor& dx) { k::col2im(on(cols, d), g, n0, dx); }, {batch, channels, 7, 5});
+      on_both([&](Device d, Tensor& dx) { k::col2im(on(random_cols, d), g, n0, dx); }, {batch, channels, 7, 5});
+      on_both([&](Device d, Tensor& out) { k::samples_from_channels(on(ct, d), on(b, d), n0, out); }, {batch, 64, len});
+      on_both([&](Device d, Tensor& out) { k::samples_from_channels(on(ct, d), Tensor(), n0, out); }, {batch, 64, len});
+      on_both([&](Device d, Tensor& out) { k::channels_from_samples(on(y, d), n0, out); }, {64, n, len});
+    }
+  }
+}
+
+// conv2d forward and both gradients over several chunks of samples (the column budget lowered so
+// that a chunk holds two of the five), grouped and strided, against the CPU's: the chunks start
+// past sample 0 and the weight gradient is summed over them.
+TEST(CudaKernels, Conv2dInChunksMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  namespace k = ag::kernels;
+  struct Restore {
+    ~Restore() { k::set_im2col_column_budget_for_testing(0); }
+  } restore;
+  const ag::Shape xs{5, 4, 9, 8}, ws{6, 2, 3, 3};  // 36 column rows (two groups of 18) of 5 x 4 positions a sample
+  k::set_im2col_column_budget_for_testing(2 * 36 * 5 * 4);
+  const agt::TensorFn conv = [](const std::vector<Tensor>& in) {
+    return ag::ops::conv2d(in[0], in[1], in[2], {.stride = {2, 2}, .padding = {1, 1}, .groups = 2});
+  };
+  const std::vector<Tensor> inputs = {random_tensor(xs, DType::kFloat64, 1), random_tensor(ws, DType::kFloat64, 2),
+                                      random_tensor({6}, DType::kFloat64, 3)};
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     SCOPED_TRACE(ag::dtype_name(dtype));
-    const auto on_both = [&](const std::function<void(Device, Tensor&)>& fill, const ag::Shape& shape) {
-      Tensor cpu = small_integers(shape, dtype, 9), gpu = cpu.to(Device::kCUDA);
-      fill(Device::kCPU, cpu);
-      fill(Device::kCUDA, gpu);
-      EXPECT_EQ(gpu.to_double_vector(), cpu.to_double_vector());
-    };
-    const Tensor x = small_integers({batch, channels, 7, 5}, dtype, 1), cols = small_integers({rows, n, len}, dtype, 2);
-    const Tensor ct = small_integers({64, n, len}, dtype, 3), b = small_integers({64}, dtype, 4);
-    const Tensor y = small_integers({batch, 64, len}, dtype, 5);
-    const auto on = [](const Tensor& t, Device d) { return t.to(d); };
-    on_both([&](Device d, Tensor& out) { k::im2col(on(x, d), n0, g, out); }, {rows, n, len});
-    on_both([&](Device d, Tensor& dx) { k::col2im(on(cols, d), g, n0, dx); }, {batch, channels, 7, 5});
-    on_both([&](Device d, Tensor& out) { k::samples_from_channels(on(ct, d), on(b, d), n0, out); }, {batch, 64, len});
-    on_both([&](Device d, Tensor& out) { k::samples_from_channels(on(ct, d), Tensor(), n0, out); }, {batch, 64, len});
-    on_both([&](Device d, Tensor& out) { k::channels_from_samples(on(y, d), n0, out); }, {64, n, len});
+    const agt::Evaluated cpu = agt::evaluate(conv, inputs, dtype, Device::kCPU);
+    const agt::Evaluated gpu = agt::evaluate(conv, inputs, dtype, Device::kCUDA);
+    // Sums of 18 products (the forward and dx) and of 100 (dw), in another order.
+    EXPECT_CLOSE(gpu.out, cpu.out, dtype, {.k = 18, .magnitude = 8});
+    ASSERT_EQ(gpu.grads.size(), 3u);
+    EXPECT_CLOSE(gpu.grads[0], cpu.grads[0], dtype, {.k = 18, .magnitude = 8});
+    EXPECT_CLOSE(gpu.grads[1], cpu.grads[1], dtype, {.k = 100, .magnitude = 40});
+    EXPECT_CLOSE(gpu.grads[2], cpu.grads[2], dtype, {.k = 100, .magnitude = 40});
   }
 }
 
@@ -619,13 +666,6 @@ TEST(CudaKernels, Float8CastsMatchTheCpuBitForBit) {
     EXPECT_EQ(bytes(x.to(fp8).to(Device::kCUDA).to(DType::kBFloat16).to(fp8)), bytes(x.to(fp8)));
     EXPECT_EQ(ag::zeros({8}, fp8, Device::kCUDA).to_vector(), std::vector<float>(8, 0.0f));
   }
-}
-
-// The bytes of a tensor of 1-byte elements, from either device.
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const Tensor cpu = t.to(Device::kCPU);
-  const auto* p = static_cast<const uint8_t*>(cpu.data_ptr());
-  return std::vector<uint8_t>(p, p + cpu.numel());
 }
 
 // Where a cast's amax (as bits) and counts differ from the reference's, as " amax ...; counts ...;".

@@ -1,5 +1,6 @@
 // Convolution moves on the CPU: im2col / col2im one (row, sample) or (sample, channel) plane per
-// task, and the channel-major <-> sample-major transposes one L-long run at a time.
+// task, and the channel-major <-> sample-major transposes one L-long run at a time. Also the
+// column budget of conv2d's chunks, for every device.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -15,6 +16,24 @@
 
 #include "framework/parallel.h"
 #include "ops/conv/conv_kernels.h"
+
+namespace ampgrad::kernels {
+
+namespace {
+std::atomic<int64_t> column_budget_for_testing{0};
+}  // namespace
+
+int64_t im2col_column_budget(Device device) {
+  const int64_t forced = column_budget_for_testing.load(std::memory_order_relaxed);
+  if (forced > 0) return forced;
+  return device == Device::kCUDA ? int64_t{1} << 26 : int64_t{1} << 23;
+}
+
+void set_im2col_column_budget_for_testing(int64_t values) {
+  column_budget_for_testing.store(values, std::memory_order_relaxed);
+}
+
+}  // namespace ampgrad::kernels
 
 namespace ampgrad::kernels::cpu {
 

@@ -15,11 +15,11 @@ namespace {
 
 using namespace ::ampgrad::cuda;  // the device helpers of framework/cuda_helpers.h
 
-// Calls launch(Map<FastDivmod>(args...)) when the launch's indices fit in 32 bits, else
+// Calls launch(Map<FastDivmod>(args...)) when the values the map divides fit in 32 bits, else
 // launch(Map<WideDivmod>(args...)): the maps of conv_index.h, one kernel body for both.
 template <template <typename> class Map, typename Launch, typename... Args>
 void with_index_map(bool fits_32_bits, Launch&& launch, const Args&... args) {
-  if (fits_32_bits) {
+  if (fits_32_bits && !wide_index_maps_for_testing.load(std::memory_order_relaxed)) {
     launch(Map<FastDivmod>(args...));
   } else {
     launch(Map<WideDivmod>(args...));
@@ -194,7 +194,7 @@ void samples_from_channels(const Tensor& ct, const Tensor& b, int64_t n0, Tensor
           samples_from_channels_kernel<<<blocks_for(total, kUnroll), kThreads>>>(static_cast<const T*>(ct.data_ptr()),
                                                                                   bias, map, total, chunk);
         },
-        channels, n, len);
+        n, channels, len);
     AG_CUDA_CHECK_LAUNCH("samples_from_channels_kernel");
   });
 }
@@ -212,7 +212,7 @@ void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
                                                                                   map, total,
                                                                                   static_cast<T*>(ct.data_ptr()));
         },
-        n0, channels, n, len);
+        n0, n, channels, len);
     AG_CUDA_CHECK_LAUNCH("channels_from_samples_kernel");
   });
 }

@@ -1,9 +1,9 @@
-// The index math of the CUDA convolution moves (conv_cuda.cu), written once for the device and the
-// host: each maps one element of a kernel's output to what it reads, with divisions by divisors
-// fixed at launch (FastDivmod, or WideDivmod where an index passes 2^31). The host runs the same
-// maps in conv_index_test against the CPU kernels, so the GPU's index math is tested without a GPU.
+// The index math of the CUDA convolution moves (conv_cuda.cu), for the device and the host: each
+// maps an output element to what it reads, dividing by divisors fixed at launch (FastDivmod, or
+// WideDivmod past 2^31). conv_index_test runs the maps on the host against the CPU kernels.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "framework/device.h"
@@ -11,6 +11,10 @@
 #include "ops/conv/conv_kernels.h"
 
 namespace ampgrad::kernels {
+
+/// For tests, process-wide: the CUDA moves take the 64-bit maps (WideDivmod) at every size, so
+/// that their path runs on small tensors too.
+inline std::atomic<bool> wide_index_maps_for_testing{false};
 
 /// Where im2col's element k of cols [C kh kw, n, Ho Wo] reads x [N, C, H, W] (samples from n0):
 /// its offset in x, or -1 where the tap falls in the padding.
@@ -83,7 +87,7 @@ struct SamplesFromChannelsIndex {
   Div len, channels;
   int64_t samples;
 
-  SamplesFromChannelsIndex(int64_t channels, int64_t samples, int64_t len)
+  SamplesFromChannelsIndex(int64_t samples, int64_t channels, int64_t len)
       : len(len), channels(channels), samples(samples) {}
 
   AG_HOST_DEVICE int64_t source(Index k, int64_t& channel) const {
@@ -102,7 +106,7 @@ struct ChannelsFromSamplesIndex {
   Div len, samples;
   int64_t n0, channels;
 
-  ChannelsFromSamplesIndex(int64_t n0, int64_t channels, int64_t samples, int64_t len)
+  ChannelsFromSamplesIndex(int64_t n0, int64_t samples, int64_t channels, int64_t len)
       : len(len), samples(samples), n0(n0), channels(channels) {}
 
   AG_HOST_DEVICE int64_t source(Index k) const {

@@ -40,11 +40,12 @@ inline ValidRange valid_range(int64_t out, int64_t stride, int64_t pad, int64_t 
 /// im2col's memory whatever the batch, while a chunk's GEMMs stay large enough to run at the
 /// engine's speed. The CPU's GEMM is at its speed well within 2^23 (32 MB of float32). A GPU needs
 /// GEMMs that fill all its multiprocessors, and pays each chunk's launches and cuBLAS calls once:
-/// 2^26 (256 MB of float32, 128 MB of 16-bit) takes a ResNet stage's 32 samples of 64 channels at
-/// 56 x 56 with a 3 x 3 kernel in one chunk.
-inline int64_t im2col_column_budget(Device device) {
-  return device == Device::kCUDA ? int64_t{1} << 26 : int64_t{1} << 23;
-}
+/// 2^26 (128 MB of 16-bit values, 256 MB of float32, 512 MB of float64) takes a ResNet stage's 32
+/// samples of 64 channels at 56 x 56 with a 3 x 3 kernel in one chunk.
+int64_t im2col_column_budget(Device device);
+/// For tests, process-wide: im2col_column_budget gives `values` on every device (0 restores the
+/// defaults), so that conv2d's chunk loop runs on small tensors, on the GPU too.
+void set_im2col_column_budget_for_testing(int64_t values);
 
 // cols[(c, i, j), s, (oh, ow)] = x[n0 + s, c, oh sh - ph + i dh, ow sw - pw + j dw] (0 where that
 // falls in the padding) for the cols.size(1) samples from n0. x is [N, C, H, W]; cols is
