@@ -89,7 +89,7 @@ const char* precision_name(Precision precision) {
     case Precision::kFp32: return "FP32";
     case Precision::kAmp: return "AMP (FP16 autocast + GradScaler)";
     case Precision::kAmpBf16: return "AMP (BF16 autocast, no scaler)";
-    case Precision::kFp8: return "FP8 linears (E4M3/E5M2, delayed scaling) in BF16 autocast, no scaler";
+    case Precision::kFp8: return "FP8 GEMMs (E4M3/E5M2, delayed scaling) in BF16 autocast, no scaler";
     case Precision::kBf16Params: return "BF16 parameters, no scaler";
   }
   return "?";

@@ -66,7 +66,7 @@ nn::Sequential make_cnn(const CnnConfig& config = {});
 enum class Model : uint8_t { kMlp, kCnn };
 
 /// kAmp: FP16 autocast + GradScaler; kAmpBf16: BF16 autocast, no scaler (BF16's gradients do not
-/// underflow); kFp8: the same with the linears' GEMMs in FP8 (Float8Guard, delayed scaling);
+/// underflow); kFp8: the same with the linears' and convolutions' GEMMs in FP8 (Float8Guard, delayed scaling);
 /// kBf16Params: the model stored in BF16 (BF16 autocast casts the FP32 images), no scaler, its
 /// updates kept by FP32 masters or stochastic rounding (TrainOptions::master_weights).
 enum class Precision : uint8_t { kFp32, kAmp, kAmpBf16, kFp8, kBf16Params };

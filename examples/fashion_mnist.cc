@@ -1,6 +1,6 @@
 // Trains an MLP (or with --model=cnn a CNN with batch norm) classifier on Fashion-MNIST in FP32,
 // with FP16 autocast and a GradScaler (--amp),
-// with BF16 autocast and no scaler (--amp=bf16), with FP8 linears in BF16 autocast (--amp=fp8), or
+// with BF16 autocast and no scaler (--amp=bf16), with FP8 GEMMs in BF16 autocast (--amp=fp8), or
 // with BF16 parameters (--amp=bf16-params) kept by FP32 masters or stochastic rounding;
 // prints the loss and test accuracy after each
 // epoch (progress and times on stderr).
@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "[--seed N] [--plot DIR] [--logdir DIR]\n"
     "  --amp, --amp=fp16 FP16 autocast + GradScaler (default: FP32)\n"
     "  --amp=bf16        BF16 autocast, no GradScaler\n"
-    "  --amp=fp8         BF16 autocast with the linears' GEMMs in FP8 (delayed scaling), no GradScaler\n"
+    "  --amp=fp8         BF16 autocast with the linears' and convolutions' GEMMs in FP8 (delayed scaling), no GradScaler\n"
     "  --amp=bf16-params the model stored in BF16, no GradScaler; its updates kept by\n"
     "  --master-weights=fp32 (FP32 masters, the default), =stochastic (stochastic rounding, no masters)\n"
     "                    or =none (no masters, round to nearest: small updates are lost)\n"

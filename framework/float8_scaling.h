@@ -1,5 +1,5 @@
 // FP8 scaling: the recipe (which 8-bit format each tensor takes and how its scale is chosen), one
-// tensor's scaling state, and this thread's FP8 region, read by the FP8 GEMMs of linear. The
+// tensor's scaling state, and this thread's FP8 region, read by the FP8 GEMMs of linear and conv2d. The
 // user-facing names are amp::Float8Recipe and amp::Float8Guard (amp/float8.h).
 //
 // A tensor x goes to FP8 as saturate(x * scale) and its products are descaled by 1 / scale, so
@@ -28,7 +28,7 @@
 
 namespace ampgrad {
 
-/// Which 8-bit format each tensor of a linear takes.
+/// Which 8-bit format each tensor of an FP8 linear or conv2d takes.
 enum class Float8Format : uint8_t {
   kHybrid,  ///< E4M3 for the forward's inputs and weights, E5M2 (wider range) for the gradients
   kE4M3,    ///< E4M3 everywhere
@@ -136,9 +136,10 @@ inline constexpr std::array<Float8Role, 3> kFloat8Roles{Float8Role::kInput, Floa
 /// "input", "weight" or "grad_output" (checkpoint keys and diagnostics use them).
 std::string_view float8_role_name(Float8Role role);
 
-/// The scaling states of one linear's weight (Transformer Engine's fp8_meta of a Linear): its
-/// input, itself, and its output's gradient. Lives with the weight (TensorImpl::float8). `mutex`
-/// guards the three: backward passes may run on several threads at once.
+/// The scaling states of one linear's or convolution's weight (Transformer Engine's fp8_meta of a
+/// Linear): its input, itself, and its output's gradient. Lives with the weight
+/// (TensorImpl::float8). `mutex` guards the three: backward passes may run on several threads at
+/// once.
 struct Float8LinearState {
   Float8ScalingState input, weight, grad_output;
   std::mutex mutex;

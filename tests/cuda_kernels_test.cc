@@ -926,6 +926,55 @@ TEST(CudaKernels, Float8LinearMatchesTheCpuOverSteps) {
   }
 }
 
+// conv2d inside a Float8Guard under BF16 autocast, two steps of delayed scaling on the GPU and on
+// the CPU from the same weights: the same scaling states (bits), and y, dx, dw, db to FP32
+// summation order. Ungrouped, its GEMMs are 16 x 144 by 144 x 256 (cuBLASLt's FP8 matmul on an
+// FP8-capable GPU); grouped, they are batched (the bfloat16 fallback).
+TEST(CudaKernels, Float8Conv2dMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (const int64_t groups : {1, 2}) {
+    SCOPED_TRACE("groups " + std::to_string(groups));
+    const ag::amp::Float8Recipe recipe{.amax_history_len = 4};
+    const ag::ops::Conv2dOptions options{.padding = {1, 1}, .groups = groups};
+    Tensor w[2] = {random_tensor({16, 16 / groups, 3, 3}, DType::kFloat32, 70), Tensor()};
+    Tensor b[2] = {random_tensor({16}, DType::kFloat32, 71), Tensor()};
+    w[1] = w[0].to(Device::kCUDA);
+    b[1] = b[0].to(Device::kCUDA);
+    for (Tensor* t : {&w[0], &w[1], &b[0], &b[1]}) t->set_requires_grad(true);
+    for (uint64_t step = 0; step < 2; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      const Tensor x = random_tensor({4, 16, 8, 8}, DType::kFloat32, 72 + step) * static_cast<float>(1 + 3 * step);
+      const Tensor g = (random_tensor({4, 16, 8, 8}, DType::kFloat32, 75 + step) * 1e-3f).to(DType::kBFloat16);
+      Tensor xs[2], ys[2];
+      for (int d = 0; d < 2; ++d) {
+        const Device device = d == 0 ? Device::kCPU : Device::kCUDA;
+        xs[d] = x.to(device);
+        xs[d].set_requires_grad(true);
+        {
+          ag::amp::AutocastGuard autocast(device, DType::kBFloat16);
+          ag::amp::Float8Guard fp8(device, recipe);
+          ys[d] = ag::ops::conv2d(xs[d], w[d], b[d], options);
+        }
+        ys[d].backward(g.to(device));
+      }
+      const ag::amp::Float8LinearState* cs = ag::amp::float8_state(w[0]);
+      const ag::amp::Float8LinearState* gs = ag::amp::float8_state(w[1]);
+      ASSERT_NE(cs, nullptr);
+      ASSERT_NE(gs, nullptr);
+      for (auto member : {&ag::amp::Float8LinearState::input, &ag::amp::Float8LinearState::weight,
+                          &ag::amp::Float8LinearState::grad_output}) {
+        EXPECT_EQ(std::bit_cast<uint32_t>((gs->*member).scale()), std::bit_cast<uint32_t>((cs->*member).scale()));
+        EXPECT_EQ((gs->*member).amax_history(), (cs->*member).amax_history());
+      }
+      EXPECT_EQ(ys[1].dtype(), DType::kBFloat16);
+      EXPECT_TRUE(close_to(ys[1], ys[0]));
+      EXPECT_TRUE(close_to(xs[1].grad(), xs[0].grad()));
+      EXPECT_TRUE(close_to(w[1].grad(), w[0].grad()));  // summed over the steps so far on both
+      EXPECT_TRUE(close_to(b[1].grad(), b[0].grad(), DType::kBFloat16));  // db is summed from the BF16 dy
+    }
+  }
+}
+
 // Shapes cuBLASLt's FP8 matmul refuses (K = 7, odd M and N) still give the CPU's answer, through
 // the bfloat16 fallback; and a non-finite operand makes the product NaN on the GPU too.
 TEST(CudaKernels, Float8LinearFallsBackWhereCublasLtRefusesTheShape) {

@@ -1,4 +1,4 @@
-// FP8 diagnostics: for each tensor an FP8 linear casts (its input, its weight, its output's
+// FP8 diagnostics: for each tensor an FP8 linear or conv2d casts (its input, its weight, its output's
 // gradient), the scale and amax of the latest step and the share of values that saturated (clamped
 // to the format's largest value) or flushed to zero in the cast: what FP8 loses, and where.
 #pragma once
@@ -19,11 +19,11 @@ using ampgrad::Float8Role;
 /// "input", "weight" or "grad_output" (the names checkpoints use too).
 inline std::string_view role_name(Float8Role role) { return float8_role_name(role); }
 
-/// One tensor of an FP8 linear in its latest step: the casts since that step began (a forward's
+/// One tensor of an FP8 linear or conv2d in its latest step: the casts since that step began (a forward's
 /// input and weight, the backward's output gradient; every micro-batch is a step of its own).
 struct Float8TensorStats {
   std::string name{};                 ///< the weight's parameter name
-  Float8Role role = Float8Role::kInput;  ///< which of the linear's tensors
+  Float8Role role = Float8Role::kInput;  ///< which of the op's tensors
   DType format = DType::kFloat8E4M3;  ///< the 8-bit format it was cast to
   uint64_t step = 0;                  ///< the Float8Guard step the casts belong to
   float scale = 1.0f;                 ///< the scale of the casts (current scaling: the latest's)
@@ -43,9 +43,9 @@ struct Float8TensorStats {
   std::string to_string() const;
 };
 
-/// Every FP8 tensor of `named_parameters` (each weight a linear used inside a Float8Guard: its
-/// input, itself, its output's gradient, in that order) in the parameters' order, with what its
-/// latest step's casts saw. Empty when no parameter has been through an FP8 linear.
+/// Every FP8 tensor of `named_parameters` (each weight a linear or conv2d used inside a
+/// Float8Guard: its input, itself, its output's gradient, in that order) in the parameters' order,
+/// with what its latest step's casts saw. Empty when no parameter has been through an FP8 op.
 std::vector<Float8TensorStats> float8_stats(const std::vector<std::pair<std::string, Tensor>>& named_parameters);
 
 /// float8_stats' lines, one tensor a line, under a heading.

@@ -6,87 +6,107 @@
 // backward: nothing of im2col's size K n L lives from forward to backward. A depthwise convolution
 // (groups = C = O) runs a direct kernel instead, and so does a stride-1 one on the CPU in float32
 // (with the GEMM route's bits) or bfloat16 (forward and both gradients; conv_direct_cpu.cc).
+// Inside a Float8Guard the GEMMs take FP8 operands (conv_float8.cc).
 #include <algorithm>
 
 #include "framework/copy.h"
 #include "framework/dispatch.h"
+#include "framework/float8_scaling.h"
 #include "ops/checks.h"
+#include "ops/conv/conv_float8.h"
 #include "ops/conv/conv_kernels.h"
+#include "ops/conv/conv_plan.h"
 #include "ops/linear/linear_kernels.h"
 #include "ops/ops.h"
 #include "ops/reduce/reduce_kernels.h"
 
 namespace ampgrad::ops {
 
-namespace {
+namespace detail {
 
-using kernels::ConvGeometry;
-using kernels::Transpose;
-using kernels::gemm;
+namespace {
 
 int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
   const int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
   return span < 0 ? 0 : span / stride + 1;
 }
 
+}  // namespace
+
+void check_conv2d(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& options,
+                  bool same_dtype) {
+  check_same_device(op, {{"x", &x}, {"weight", &w}});
+  if (b.defined()) check_same_device(op, {{"x", &x}, {"bias", &b}});
+  if (same_dtype) check_same_dtype(op, {{"x", &x}, {"weight", &w}, {"bias", &b}});
+  const auto all = [&] { return describe({{"x", &x}, {"weight", &w}, {"bias", &b}}); };
+  const auto& o = options;
+  AG_CHECK(x.dim() == 4 && w.dim() == 4, op, ": x must be [N, C, H, W] (or [C, H, W]) and weight [O, C/groups, kH, kW], got ",
+           all());
+  AG_CHECK(o.groups >= 1, op, ": groups must be >= 1, got ", o.groups);
+  AG_CHECK(o.stride[0] >= 1 && o.stride[1] >= 1, op, ": stride must be >= 1, got {", o.stride[0], ", ",
+           o.stride[1], "}");
+  AG_CHECK(o.dilation[0] >= 1 && o.dilation[1] >= 1, op, ": dilation must be >= 1, got {", o.dilation[0],
+           ", ", o.dilation[1], "}");
+  AG_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, op, ": padding must be >= 0, got {", o.padding[0], ", ",
+           o.padding[1], "}");
+  AG_CHECK(x.size(1) >= 1 && w.size(0) >= 1 && w.size(2) >= 1 && w.size(3) >= 1, op,
+           ": channels and kernel sizes must be positive (", all(), ")");
+  AG_CHECK(x.size(1) % o.groups == 0 && w.size(0) % o.groups == 0, op, ": groups = ", o.groups,
+           " must divide the input channels (", x.size(1), ") and the output channels (", w.size(0), ") (", all(), ")");
+  AG_CHECK(w.size(1) * o.groups == x.size(1), op, ": x has ", x.size(1), " channels but weight expects ",
+           w.size(1), " x groups ", o.groups, " = ", w.size(1) * o.groups, " (", all(),
+           "); hint: weight is [out_channels, in_channels / groups, kH, kW], as in PyTorch");
+  AG_CHECK(!b.defined() || b.shape() == Shape{w.size(0)}, op, ": bias must be [", w.size(0), "] (", all(), ")");
+  const int64_t out_h = conv_out_size(x.size(2), w.size(2), o.stride[0], o.padding[0], o.dilation[0]);
+  const int64_t out_w = conv_out_size(x.size(3), w.size(3), o.stride[1], o.padding[1], o.dilation[1]);
+  AG_CHECK(out_h >= 1 && out_w >= 1, op, ": the kernel (", w.size(2), " x ", w.size(3), ", dilation {",
+           o.dilation[0], ", ", o.dilation[1], "}) is larger than the padded input (", x.size(2) + 2 * o.padding[0],
+           " x ", x.size(3) + 2 * o.padding[1], "): output ", out_h, " x ", out_w, " (", all(), ")");
+}
+
+ConvPlan::ConvPlan(const Tensor& x, const Tensor& w, const Conv2dOptions& o)
+    : options(o),
+      geometry{.kh = w.size(2), .kw = w.size(3), .stride_h = o.stride[0], .stride_w = o.stride[1],
+               .pad_h = o.padding[0], .pad_w = o.padding[1], .dilation_h = o.dilation[0], .dilation_w = o.dilation[1],
+               .out_h = conv_out_size(x.size(2), w.size(2), o.stride[0], o.padding[0], o.dilation[0]),
+               .out_w = conv_out_size(x.size(3), w.size(3), o.stride[1], o.padding[1], o.dilation[1])} {}
+
+}  // namespace detail
+
+namespace {
+
+using kernels::Transpose;
+using kernels::gemm;
+
 struct Conv2d {
   static constexpr OpInfo kInfo{"conv2d", CastPolicy::kLowerPrecision};
   Conv2dOptions options;
-  ConvGeometry geometry{};
+  detail::ConvPlan plan{};
   bool has_bias = false;
 
   void check(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    check_same_device(kInfo.name, {{"x", &x}, {"weight", &w}});
-    if (b.defined()) check_same_device(kInfo.name, {{"x", &x}, {"bias", &b}});
-    check_same_dtype(kInfo.name, {{"x", &x}, {"weight", &w}, {"bias", &b}});
-    const auto all = [&] { return describe({{"x", &x}, {"weight", &w}, {"bias", &b}}); };
-    const auto& o = options;
-    AG_CHECK(x.dim() == 4 && w.dim() == 4, kInfo.name, ": x must be [N, C, H, W] (or [C, H, W]) and weight [O, C/groups, kH, kW], got ",
-             all());
-    AG_CHECK(o.groups >= 1, kInfo.name, ": groups must be >= 1, got ", o.groups);
-    AG_CHECK(o.stride[0] >= 1 && o.stride[1] >= 1, kInfo.name, ": stride must be >= 1, got {", o.stride[0], ", ",
-             o.stride[1], "}");
-    AG_CHECK(o.dilation[0] >= 1 && o.dilation[1] >= 1, kInfo.name, ": dilation must be >= 1, got {", o.dilation[0],
-             ", ", o.dilation[1], "}");
-    AG_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, kInfo.name, ": padding must be >= 0, got {", o.padding[0], ", ",
-             o.padding[1], "}");
-    AG_CHECK(x.size(1) >= 1 && w.size(0) >= 1 && w.size(2) >= 1 && w.size(3) >= 1, kInfo.name,
-             ": channels and kernel sizes must be positive (", all(), ")");
-    AG_CHECK(x.size(1) % o.groups == 0 && w.size(0) % o.groups == 0, kInfo.name, ": groups = ", o.groups,
-             " must divide the input channels (", x.size(1), ") and the output channels (", w.size(0), ") (", all(), ")");
-    AG_CHECK(w.size(1) * o.groups == x.size(1), kInfo.name, ": x has ", x.size(1), " channels but weight expects ",
-             w.size(1), " x groups ", o.groups, " = ", w.size(1) * o.groups, " (", all(),
-             "); hint: weight is [out_channels, in_channels / groups, kH, kW], as in PyTorch");
-    AG_CHECK(!b.defined() || b.shape() == Shape{w.size(0)}, kInfo.name, ": bias must be [", w.size(0), "] (", all(), ")");
-    const int64_t out_h = conv_out_size(x.size(2), w.size(2), o.stride[0], o.padding[0], o.dilation[0]);
-    const int64_t out_w = conv_out_size(x.size(3), w.size(3), o.stride[1], o.padding[1], o.dilation[1]);
-    AG_CHECK(out_h >= 1 && out_w >= 1, kInfo.name, ": the kernel (", w.size(2), " x ", w.size(3), ", dilation {",
-             o.dilation[0], ", ", o.dilation[1], "}) is larger than the padded input (", x.size(2) + 2 * o.padding[0],
-             " x ", x.size(3) + 2 * o.padding[1], "): output ", out_h, " x ", out_w, " (", all(), ")");
+    detail::check_conv2d(kInfo.name, x, w, b, options, /*same_dtype=*/true);
   }
 
   Tensor forward(SavedTensors& saved, const Tensor& x, const Tensor& w, const Tensor& b) {
     saved.save(x);
     saved.save(w);
     has_bias = b.defined();
-    const auto& o = options;
-    geometry = {.kh = w.size(2), .kw = w.size(3), .stride_h = o.stride[0], .stride_w = o.stride[1],
-                .pad_h = o.padding[0], .pad_w = o.padding[1], .dilation_h = o.dilation[0], .dilation_w = o.dilation[1],
-                .out_h = conv_out_size(x.size(2), w.size(2), o.stride[0], o.padding[0], o.dilation[0]),
-                .out_w = conv_out_size(x.size(3), w.size(3), o.stride[1], o.padding[1], o.dilation[1])};
+    plan = detail::ConvPlan(x, w, options);
+    const kernels::ConvGeometry& geometry = plan.geometry;
     const int64_t batch = x.size(0), out_c = w.size(0), len = geometry.out_h * geometry.out_w;
     Tensor out = Tensor::empty({batch, out_c, geometry.out_h, geometry.out_w}, x.dtype(), x.device());
-    if (depthwise(x, w)) {
+    if (plan.depthwise(x, w)) {
       kernels::depthwise_conv2d(x, w, b, geometry, out);
       return out;
     }
-    if (kernels::direct_conv2d_applies(x, w, geometry, o.groups)) {
+    if (kernels::direct_conv2d_applies(x, w, geometry, options.groups)) {
       kernels::cpu::direct_conv2d(x, w, b, geometry, out);
       return out;
     }
-    const Tensor w3 = weight_groups(w);
-    for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
-      const Tensor cols = columns(x, w, n0, n);
+    const Tensor w3 = plan.weight_groups(w);
+    plan.for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
+      const Tensor cols = plan.columns(x, w, n0, n);
       const Tensor ct = gemm(w3, Transpose::kNo, cols, Transpose::kNo);  // [g, O/g, n L]
       kernels::samples_from_channels(reshape(ct, {out_c, n, len}), b, n0, out);
     });
@@ -96,12 +116,13 @@ struct Conv2d {
   std::vector<Tensor> backward(const SavedTensors& saved, const Tensor& dy) const {
     const Tensor& x = saved[0];
     const Tensor& w = saved[1];
+    const kernels::ConvGeometry& geometry = plan.geometry;
     const int64_t out_c = w.size(0), len = geometry.out_h * geometry.out_w, groups = options.groups;
-    const Tensor w3 = weight_groups(w);
+    const Tensor w3 = plan.weight_groups(w);
     Tensor dx, dw, db;
     if (saved.needs_grad(0)) dx = Tensor::empty(x.shape(), dy.dtype(), dy.device());
-    if (saved.needs_grad(1) && depthwise(x, w)) dw = Tensor::empty(w.shape(), dy.dtype(), dy.device());
-    if (depthwise(x, w)) {
+    if (saved.needs_grad(1) && plan.depthwise(x, w)) dw = Tensor::empty(w.shape(), dy.dtype(), dy.device());
+    if (plan.depthwise(x, w)) {
       if (dx.defined() || dw.defined()) kernels::depthwise_conv2d_backward(x, w, dy, geometry, dx, dw);
     } else if (saved.needs_grad(0) || saved.needs_grad(1)) {
       // Where the forward was a direct convolution, so are both gradients; the im2col route does
@@ -119,12 +140,12 @@ struct Conv2d {
         need_dw = need_dw && !dw.defined();
       }
       if (need_dx || need_dw) {
-        for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
+        plan.for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
           Tensor dyt = Tensor::empty({groups, out_c / groups, n * len}, dy.dtype(), dy.device());
           Tensor dyt_channels = reshape(dyt, {out_c, n, len});
           kernels::channels_from_samples(dy, n0, dyt_channels);
           if (need_dw) {
-            const Tensor part = reshape(gemm(dyt, Transpose::kNo, columns(x, w, n0, n), Transpose::kYes), w.shape());
+            const Tensor part = reshape(gemm(dyt, Transpose::kNo, plan.columns(x, w, n0, n), Transpose::kYes), w.shape());
             if (dw.defined()) {
               accumulate_(dw, part);  // a later chunk: one rounding per chunk, few chunks by the budget
             } else {
@@ -147,34 +168,6 @@ struct Conv2d {
     }
     return {dx, dw, db};
   }
-
- private:
-  // One filter per channel (groups = C = O): a direct kernel, since a GEMM per channel would
-  // have one row and kH kW columns.
-  bool depthwise(const Tensor& x, const Tensor& w) const {
-    return options.groups > 1 && options.groups == x.size(1) && w.size(0) == x.size(1);
-  }
-
-  // w [O, C/g, kH, kW] as the g matrices [O/g, Kg] (a view).
-  Tensor weight_groups(const Tensor& w) const {
-    return reshape(w, {options.groups, w.size(0) / options.groups, w.size(1) * w.size(2) * w.size(3)});
-  }
-
-  // The samples [n0, n0 + n) as columns [g, Kg, n L] (a group's rows are one block).
-  Tensor columns(const Tensor& x, const Tensor& w, int64_t n0, int64_t n) const {
-    const int64_t rows = x.size(1) * w.size(2) * w.size(3), len = geometry.out_h * geometry.out_w;
-    Tensor cols = Tensor::empty({rows, n, len}, x.dtype(), x.device());
-    kernels::im2col(x, n0, geometry, cols);
-    return reshape(cols, {options.groups, rows / options.groups, n * len});
-  }
-
-  template <typename Fn>
-  void for_each_chunk(const Tensor& x, const Tensor& w, Fn&& fn) const {
-    const int64_t per_sample = x.size(1) * w.size(2) * w.size(3) * geometry.out_h * geometry.out_w;
-    const int64_t budget = kernels::im2col_column_budget(x.device());
-    const int64_t batch = x.size(0), chunk = std::clamp<int64_t>(budget / per_sample, 1, std::max<int64_t>(batch, 1));
-    for (int64_t n0 = 0; n0 < batch; n0 += chunk) fn(n0, std::min(chunk, batch - n0));
-  }
 };
 
 }  // namespace
@@ -182,6 +175,9 @@ struct Conv2d {
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& options) {
   // An unbatched [C, H, W] input is a batch of one, as in PyTorch.
   if (x.defined() && x.dim() == 3) return squeeze(conv2d(unsqueeze(x, 0), w, b, options), 0);
+  if (x.defined() && fp8::region(x.device()).enabled) {
+    if (Tensor y = detail::conv2d_float8(x, w, b, options); y.defined()) return y;
+  }
   return dispatch(Conv2d{.options = options}, x, w, b);
 }
 

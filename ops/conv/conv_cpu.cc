@@ -56,7 +56,7 @@ struct TapRanges {
 void im2col(const Tensor& x, int64_t n0, const ConvGeometry& g, Tensor& cols) {
   const int64_t channels = x.size(1), height = x.size(2), width = x.size(3);
   const int64_t n = cols.size(1), out_l = g.out_h * g.out_w, taps = g.kh * g.kw;
-  visit_floating_dtype(x.dtype(), [&](auto t) {
+  visit_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
     const T* src = x.data<T>();
     T* dst = cols.data<T>();

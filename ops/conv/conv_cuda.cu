@@ -147,7 +147,7 @@ void im2col(const Tensor& x, int64_t n0, const ConvGeometry& g, Tensor& cols) {
   const int64_t total = cols.numel();
   if (total == 0) return;
   const int64_t n = cols.size(1), channels = x.size(-3), height = x.size(-2), width = x.size(-1);
-  visit_floating_dtype(cols.dtype(), [&](auto t) {
+  visit_dtype(cols.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     with_index_map<Im2colIndex>(
         fits_fast_divmod(total),
@@ -203,7 +203,7 @@ void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
   const int64_t total = ct.numel();
   if (total == 0) return;
   const int64_t channels = ct.size(0), n = ct.size(1), len = ct.size(2);
-  visit_floating_dtype(ct.dtype(), [&](auto t) {
+  visit_dtype(ct.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     with_index_map<ChannelsFromSamplesIndex>(
         fits_fast_divmod(total),

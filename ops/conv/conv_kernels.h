@@ -49,7 +49,7 @@ void set_im2col_column_budget_for_testing(int64_t values);
 
 // cols[(c, i, j), s, (oh, ow)] = x[n0 + s, c, oh sh - ph + i dh, ow sw - pw + j dw] (0 where that
 // falls in the padding) for the cols.size(1) samples from n0. x is [N, C, H, W]; cols is
-// [C kh kw, n, Ho Wo].
+// [C kh kw, n, Ho Wo]; any dtype (a move: the FP8 conv2d's columns are 8-bit).
 namespace cpu {
 void im2col(const Tensor& x, int64_t n0, const ConvGeometry& g, Tensor& cols);
 }
@@ -86,7 +86,7 @@ inline void samples_from_channels(const Tensor& ct, const Tensor& b, int64_t n0,
 }
 
 // ct[o, s, l] = y[n0 + s, o, l]: the ct.size(1) samples from n0 of y [N, O, L] (any shape with
-// that numel), channel-major. ct is [O, n, L].
+// that numel), channel-major. ct is [O, n, L]; any dtype (a move).
 namespace cpu {
 void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct);
 }
