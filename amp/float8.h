@@ -23,7 +23,8 @@ using ampgrad::Float8ScalingState;
 /// op recorded inside the guard runs in FP8 wherever it is called. Each outermost guard is one
 /// step of delayed scaling: enter it once per forward. Each leaf weight (a parameter) keeps its own
 /// scaling states (its input's, its own and its output gradient's); a weight computed in the
-/// forward is new every step, so its op scales by current amaxes. A non-finite operand makes the product NaN (the
+/// forward is new every step, so its op scales by current amaxes. To keep one op out of FP8 (a
+/// CNN's stem, say), call it inside a nested Float8Guard with enabled = false. A non-finite operand makes the product NaN (the
 /// saturating cast would hide an inf from GradScaler). RAII and thread-local; nests; enabled = false turns FP8 off
 /// inside an enclosing guard. On CUDA the GEMMs run on FP8 tensor cores (cuBLASLt) where the GPU
 /// has them (compute capability 8.9+), else as bfloat16 GEMMs of the same FP8 values (said once).

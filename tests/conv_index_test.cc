@@ -135,8 +135,9 @@ void check_transposes(int64_t batch, int64_t channels, int64_t len, int64_t n0, 
   for (int64_t e = 0; e < n * channels * len; ++e) {
     int64_t o = -1;
     const int64_t at = to_samples.source(static_cast<typename Div::Index>(e), o);
-    ASSERT_EQ(cts[static_cast<size_t>(at)] + bs[static_cast<size_t>(o)], outs[static_cast<size_t>(n0 * channels * len + e)])
-        << "out element " << n0 * channels * len + e;
+    const int64_t out_at = n0 * channels * len + e;
+    ASSERT_EQ(cts[static_cast<size_t>(at)] + bs[static_cast<size_t>(o)], outs[static_cast<size_t>(out_at)])
+        << "out element " << out_at;
   }
 
   const ag::Tensor y = small_integers({batch, channels, len}, 5);

@@ -149,7 +149,8 @@ TEST(CudaKernels, ConvolutionMovesOfAChunkMatchTheCpuBitForBit) {
         EXPECT_EQ(bytes_of(gpu), bytes_of(cpu));
       };
       const Tensor x = small_integers({batch, channels, 7, 5}, dtype, 1);
-      const Tensor cols = small_integers({rows, n, len}, dtype, 2), random_cols = random_tensor({rows, n, len}, dtype, 6);
+      const Tensor cols = small_integers({rows, n, len}, dtype, 2);
+      const Tensor random_cols = random_tensor({rows, n, len}, dtype, 6);
       const Tensor ct = small_integers({64, n, len}, dtype, 3), b = small_integers({64}, dtype, 4);
       const Tensor y = small_integers({batch, 64, len}, dtype, 5);
       const auto on = [](const Tensor& t, Device d) { return t.to(d); };
@@ -929,11 +930,17 @@ TEST(CudaKernels, Float8LinearMatchesTheCpuOverSteps) {
 // conv2d inside a Float8Guard under BF16 autocast, two steps of delayed scaling on the GPU and on
 // the CPU from the same weights: the same scaling states (bits), and y, dx, dw, db to FP32
 // summation order. Ungrouped, its GEMMs are 16 x 144 by 144 x 256 (cuBLASLt's FP8 matmul on an
-// FP8-capable GPU); grouped, they are batched (the bfloat16 fallback).
+// FP8-capable GPU), or, in chunks of one sample, by 144 x 64; grouped, they are batched (the
+// bfloat16 fallback).
 TEST(CudaKernels, Float8Conv2dMatchesTheCpu) {
   SKIP_WITHOUT_CUDA();
-  for (const int64_t groups : {1, 2}) {
-    SCOPED_TRACE("groups " + std::to_string(groups));
+  struct Restore {
+    ~Restore() { ag::kernels::set_im2col_column_budget_for_testing(0); }
+  } restore;
+  const int64_t one_sample = 16 * 9 * 64;  // column values a sample; the FP8 route's chunk is half the budget
+  for (const auto& [groups, budget] : {std::pair<int64_t, int64_t>{1, 0}, {1, 2 * one_sample}, {2, 0}}) {
+    SCOPED_TRACE("groups " + std::to_string(groups) + ", budget " + std::to_string(budget));
+    ag::kernels::set_im2col_column_budget_for_testing(budget);
     const ag::amp::Float8Recipe recipe{.amax_history_len = 4};
     const ag::ops::Conv2dOptions options{.padding = {1, 1}, .groups = groups};
     Tensor w[2] = {random_tensor({16, 16 / groups, 3, 3}, DType::kFloat32, 70), Tensor()};

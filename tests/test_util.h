@@ -84,6 +84,22 @@ inline ::testing::AssertionResult all_close(const Tensor& actual, const std::vec
   return all_close(actual.to_double_vector(), expected, dtype, tol);
 }
 
+/// Expects every |got - want| <= tol * max |want|: an error relative to the largest value, as FP32
+/// sums of terms of both signs make it. Reports the first three misses, named by `what`.
+inline void expect_close_to_largest(const std::vector<float>& got, const std::vector<double>& want, double tol,
+                                    const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  int wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= tol * scale) && ++wrong <= 3) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what;
+}
+
 /// EXPECT_CLOSE(actual, expected, dtype[, Tol{k, magnitude}]): see all_close.
 #define EXPECT_CLOSE(...) EXPECT_TRUE(::ampgrad::test::all_close(__VA_ARGS__))
 

@@ -3,9 +3,11 @@
 // codes and the padding's zeros stay zeros), y = (wq colsq) / (sw sx) + b per chunk of samples.
 // Backward: dy cast by its scale; dw = (dyq colsq^T) / (sdy sx), its float32 sums added over the
 // chunks and rounded once; dcols = (wq^T dyq) / (sw sdy), rounded to x's dtype and gathered by
-// col2im; db from dy as it is. Only xq and wq are saved: one byte an element. On CUDA an ungrouped
-// convolution's GEMMs are 2-D, which cuBLASLt's FP8 matmul takes; grouped ones run as bfloat16
-// GEMMs of the same values.
+// col2im; db from dy as it is. Only xq and wq are saved: one byte an element. A chunk holds half
+// the columns the plain route's does: its products are float32. On CUDA an ungrouped
+// convolution's GEMMs are 2-D, which cuBLASLt's FP8 matmul takes where m, n and k are multiples
+// of 16 (after a transposed copy of an operand that is not K-contiguous: the forward's columns,
+// dx's both; dw's are); grouped ones, and other sizes, run as bfloat16 GEMMs of the same values.
 #include "ops/conv/conv_float8.h"
 
 #include <cmath>
@@ -27,6 +29,10 @@ namespace ampgrad::ops::detail {
 namespace {
 
 using kernels::Transpose;
+
+// A chunk's share of the column budget: the products of its GEMMs are float32 (dx's as many as
+// the columns), so half the plain route's chunk keeps the transient bytes near its.
+constexpr int64_t kFloat8ChunkShare = 2;
 
 struct Float8Conv2d {
   static constexpr OpInfo kInfo{"conv2d", CastPolicy::kNone};  // the op casts its operands itself
@@ -85,8 +91,9 @@ struct Float8Conv2d {
     }
     const Tensor bias = has_bias && b.dtype() != dtype ? b.to(dtype) : b;
     const Tensor w3 = plan.weight_groups(wq.data);
-    plan.for_each_chunk(x, w, [&](int64_t n0, int64_t n) {
-      const Tensor s = sums(w3, Transpose::kNo, plan.columns(xq.data, w, n0, n), Transpose::kNo, out_c / groups, n * len);
+    plan.for_each_chunk(x, w, kFloat8ChunkShare, [&](int64_t n0, int64_t n) {
+      const Tensor cols = plan.columns(xq.data, w, n0, n);
+      const Tensor s = sums(w3, Transpose::kNo, cols, Transpose::kNo, out_c / groups, n * len);
       Tensor ct = Tensor::empty({out_c, n, len}, dtype, x.device());
       Tensor ct_as_sums = reshape(ct, s.shape());
       kernels::descale(s, 1.0 / xq.scale / wq.scale, Tensor(), ct_as_sums);  // in double: each may be 1 / FLT_MAX
@@ -96,7 +103,7 @@ struct Float8Conv2d {
   }
 
   std::vector<Tensor> backward(const SavedTensors& saved, const Tensor& dy) const {
-    const Scaled xq = from_saved(saved[0], false, x_meta), wq = from_saved(saved[1], false, w_meta);
+    const Scaled xq = from_saved(saved[0], /*twin=*/false, x_meta), wq = from_saved(saved[1], /*twin=*/false, w_meta);
     const kernels::ConvGeometry& geometry = plan.geometry;
     const int64_t out_c = w_shape[0], len = geometry.out_h * geometry.out_w, groups = options.groups;
     const int64_t rows = x_shape[1] * geometry.kh * geometry.kw;  // of the columns, Kg per group
@@ -108,27 +115,29 @@ struct Float8Conv2d {
       if (need_dx) dx = Tensor::empty(x_shape, x_dtype, dy.device());
       const Tensor w3 = plan.weight_groups(wq.data);
       Tensor dw_sums;  // float32, added over the chunks
-      plan.for_each_chunk(xq.data, wq.data, [&](int64_t n0, int64_t n) {
-        Tensor dyt = Tensor::empty({groups, out_c / groups, n * len}, g.data.dtype(), dy.device());
-        Tensor dyt_channels = reshape(dyt, {out_c, n, len});
-        kernels::channels_from_samples(g.data, n0, dyt_channels);
-        if (need_dw && dw_finite) {
-          const Tensor part =
-              sums(dyt, Transpose::kNo, plan.columns(xq.data, wq.data, n0, n), Transpose::kYes, out_c / groups, rows / groups);
-          if (dw_sums.defined()) {
-            accumulate_(dw_sums, part);
-          } else {
-            dw_sums = part;
+      if ((need_dx && dx_finite) || (need_dw && dw_finite)) {
+        plan.for_each_chunk(xq.data, wq.data, kFloat8ChunkShare, [&](int64_t n0, int64_t n) {
+          Tensor dyt = Tensor::empty({groups, out_c / groups, n * len}, g.data.dtype(), dy.device());
+          Tensor dyt_channels = reshape(dyt, {out_c, n, len});
+          kernels::channels_from_samples(g.data, n0, dyt_channels);
+          if (need_dw && dw_finite) {
+            const Tensor cols = plan.columns(xq.data, wq.data, n0, n);
+            const Tensor part = sums(dyt, Transpose::kNo, cols, Transpose::kYes, out_c / groups, rows / groups);
+            if (dw_sums.defined()) {
+              accumulate_(dw_sums, part);
+            } else {
+              dw_sums = part;
+            }
           }
-        }
-        if (need_dx && dx_finite) {
-          const Tensor s = sums(w3, Transpose::kYes, dyt, Transpose::kNo, rows / groups, n * len);
-          Tensor dcols = Tensor::empty({rows, n, len}, x_dtype, dy.device());
-          Tensor dcols_as_sums = reshape(dcols, s.shape());
-          kernels::descale(s, 1.0 / g.scale / wq.scale, Tensor(), dcols_as_sums);
-          kernels::col2im(dcols, geometry, n0, dx);
-        }
-      });
+          if (need_dx && dx_finite) {
+            const Tensor s = sums(w3, Transpose::kYes, dyt, Transpose::kNo, rows / groups, n * len);
+            Tensor dcols = Tensor::empty({rows, n, len}, x_dtype, dy.device());
+            Tensor dcols_as_sums = reshape(dcols, s.shape());
+            kernels::descale(s, 1.0 / g.scale / wq.scale, Tensor(), dcols_as_sums);
+            kernels::col2im(dcols, geometry, n0, dx);
+          }
+        });
+      }
       if (need_dx && !dx_finite) fill_(dx, std::nan(""));
       if (need_dw && !dw_finite) {
         dw = full(w_shape, std::nan(""), w_dtype, dy.device());

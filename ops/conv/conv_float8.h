@@ -11,8 +11,11 @@ namespace ampgrad::ops::detail {
 /// format (E5M2 under kHybrid), each by its own scale from the scaling states that live with w,
 /// as linear_float8's; FP32 accumulation, products descaled by the inverse scales. y takes the
 /// autocast dtype when autocast is on for the device, else x's; dx and dw take x's and w's
-/// dtypes, db dy's. Undefined for float64 x and for a depthwise convolution (no GEMM: it runs as
-/// outside the guard, in the autocast dtype).
+/// dtypes, db (summed from dy as it is) b's. x is cast whole, before im2col: its amax is over
+/// every element, also those a stride or dilation never reads, so a non-finite one there makes y
+/// and dw NaN, as any non-finite operand does (where the BF16 route would skip it). Undefined for
+/// float64 x and for a depthwise convolution (no GEMM: it runs as outside the guard, in the
+/// autocast dtype).
 Tensor conv2d_float8(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOptions& options);
 
 }  // namespace ampgrad::ops::detail

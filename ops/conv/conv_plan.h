@@ -47,11 +47,12 @@ struct ConvPlan {
     return reshape(cols, {options.groups, rows / options.groups, n * len});
   }
 
-  /// fn(n0, n) for chunks of samples whose columns fit the device's budget (at least one sample).
+  /// fn(n0, n) for chunks of samples whose columns fit the device's budget divided by `share` (at
+  /// least one sample a chunk).
   template <typename Fn>
-  void for_each_chunk(const Tensor& x, const Tensor& w, Fn&& fn) const {
+  void for_each_chunk(const Tensor& x, const Tensor& w, int64_t share, Fn&& fn) const {
     const int64_t per_sample = x.size(1) * w.size(2) * w.size(3) * geometry.out_h * geometry.out_w;
-    const int64_t budget = kernels::im2col_column_budget(x.device());
+    const int64_t budget = kernels::im2col_column_budget(x.device()) / share;
     const int64_t batch = x.size(0), chunk = std::clamp<int64_t>(budget / per_sample, 1, std::max<int64_t>(batch, 1));
     for (int64_t n0 = 0; n0 < batch; n0 += chunk) fn(n0, std::min(chunk, batch - n0));
   }

@@ -49,8 +49,8 @@ inline bool finite_product(const Scaled& a, const Scaled& b) {
 
 /// op(a) op(b) over FP8 matrices, descaled by 1 / (a's scale * b's scale) (+ bias per column), as
 /// `dtype` in `shape` (of m x n elements); NaN everywhere unless finite_product(a, b).
-Tensor scaled_product(const Scaled& a, kernels::Transpose ta, const Scaled& b, kernels::Transpose tb, const Tensor& bias,
-                      const Shape& shape, DType dtype);
+Tensor scaled_product(const Scaled& a, kernels::Transpose ta, const Scaled& b, kernels::Transpose tb,
+                      const Tensor& bias, const Shape& shape, DType dtype);
 
 /// The scaling states of the op whose weight is w: a leaf weight (a parameter, the same tensor
 /// every step) keeps its own across steps (TensorImpl::float8); a weight computed in the forward

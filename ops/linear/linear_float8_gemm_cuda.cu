@@ -85,7 +85,7 @@ bool has_float8_tensor_cores() {
   std::call_once(told, [&] {
     std::fprintf(stderr,
                  "ampgrad: this GPU (compute capability %d.%d) has no FP8 tensor cores (8.9 and newer do): FP8 "
-                 "linears multiply their FP8 values as bfloat16 (the same products, at BF16 speed)\n",
+                 "GEMMs multiply their FP8 values as bfloat16 (the same products, at BF16 speed)\n",
                  major, minor);
   });
   return false;
