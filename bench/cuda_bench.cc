@@ -325,23 +325,33 @@ void float8_gemm_rows(const RawGemm& raw_gemm) {
 }
 
 // conv2d forward + backward (dx and dw), 3x3, padding 1, into 64 channels from x of `shape`:
-// TFLOP/s (3 x the forward's 2 N O L C 9) per dtype, and the float32 forward against the CPU's.
+// TFLOP/s (3 x the forward's 2 N O L C 9) per dtype, FP8 (a Float8Guard, current scaling, in BF16
+// autocast over float32 x and w: the casts and the descale count in its time), and the float32
+// forward against the CPU's.
 void conv_rows() {
-  std::printf("\n%-44s %10s %10s %10s  %s\n", "conv2d fwd+bwd, 3x3 pad 1 -> 64 channels", "fp32", "fp16", "bf16",
-              "fp32 forward vs CPU");
+  std::printf("\n%-44s %10s %10s %10s %10s  %s\n", "conv2d fwd+bwd, 3x3 pad 1 -> 64 channels", "fp32", "fp16", "bf16",
+              "fp8", "fp32 forward vs CPU");
   for (const ag::Shape& shape : {ag::Shape{128, 32, 14, 14}, ag::Shape{32, 64, 56, 56}}) {
     ag::manual_seed(3);
     const ag::Tensor x_cpu = ag::randn(shape), w_cpu = ag::randn({64, shape[1], 3, 3});
     const double flop = 3.0 * 2 * static_cast<double>(shape[0] * 64 * shape[2] * shape[3] * shape[1] * 9);
-    std::array<double, 3> tflops{};
+    std::array<double, 4> tflops{};
     int column = 0;
-    for (ag::DType dtype : {ag::DType::kFloat32, ag::DType::kFloat16, ag::DType::kBFloat16}) {
-      ag::Tensor x = x_cpu.to(dtype).to(ag::Device::kCUDA), w = w_cpu.to(dtype).to(ag::Device::kCUDA);
+    for (ag::DType dtype : {ag::DType::kFloat32, ag::DType::kFloat16, ag::DType::kBFloat16, ag::DType::kFloat8E4M3}) {
+      const bool fp8 = dtype == ag::DType::kFloat8E4M3;
+      const ag::DType stored = fp8 ? ag::DType::kFloat32 : dtype;
+      ag::Tensor x = x_cpu.to(stored).to(ag::Device::kCUDA), w = w_cpu.to(stored).to(ag::Device::kCUDA);
       x.set_requires_grad(true);
       w.set_requires_grad(true);
       const double seconds = time_per_call(
           [&] {
-            ag::ops::sum(ag::ops::conv2d(x, w, ag::Tensor(), {.padding = {1, 1}})).backward();
+            ag::Tensor y;
+            {
+              ag::amp::AutocastGuard autocast(ag::Device::kCUDA, ag::DType::kBFloat16, /*enabled=*/fp8);
+              ag::amp::Float8Guard guard(ag::Device::kCUDA, {.scaling = ag::amp::Float8Scaling::kCurrent}, fp8);
+              y = ag::ops::conv2d(x, w, ag::Tensor(), {.padding = {1, 1}});
+            }
+            ag::ops::sum(y).backward();
             x.set_grad(ag::Tensor());
             w.set_grad(ag::Tensor());
           },
@@ -363,8 +373,8 @@ void conv_rows() {
     char name[64];
     std::snprintf(name, sizeof name, "x [%lld, %lld, %lld, %lld]", static_cast<long long>(shape[0]),
                   static_cast<long long>(shape[1]), static_cast<long long>(shape[2]), static_cast<long long>(shape[3]));
-    std::printf("  %-42s %5.1f TF/s %5.1f TF/s %5.1f TF/s  %s (max |diff| %.1e of %.1e)\n", name, tflops[0], tflops[1],
-                tflops[2], ok ? "ok" : "WRONG", worst, scale);
+    std::printf("  %-42s %5.1f TF/s %5.1f TF/s %5.1f TF/s %5.1f TF/s  %s (max |diff| %.1e of %.1e)\n", name, tflops[0],
+                tflops[1], tflops[2], tflops[3], ok ? "ok" : "WRONG", worst, scale);
   }
 }
 
