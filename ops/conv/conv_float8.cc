@@ -34,16 +34,13 @@ using kernels::Transpose;
 // the columns), so half the plain route's chunk keeps the transient bytes near its.
 constexpr int64_t kFloat8ChunkShare = 2;
 
-struct Float8Conv2d {
+struct Float8Conv2d : Float8Inputs {
   static constexpr OpInfo kInfo{"conv2d", CastPolicy::kNone};  // the op casts its operands itself
   Conv2dOptions options;
   Float8Recipe recipe;
   uint64_t step = 0;
   std::shared_ptr<Float8LinearState> state;
   ConvPlan plan;
-  Shape x_shape, w_shape;
-  DType x_dtype = DType::kFloat32, w_dtype = DType::kFloat32, b_dtype = DType::kFloat32;
-  bool has_bias = false;
   Scaled x_meta, w_meta;  // their scales and amaxes (the FP8 data is in the saved tensors)
 
   void check(const Tensor& x, const Tensor& w, const Tensor& b) const {
@@ -66,12 +63,7 @@ struct Float8Conv2d {
 
   Tensor forward(SavedTensors& saved, const Tensor& x, const Tensor& w, const Tensor& b) {
     plan = ConvPlan(x, w, options);
-    x_shape = x.shape();
-    w_shape = w.shape();
-    x_dtype = x.dtype();
-    w_dtype = w.dtype();
-    has_bias = b.defined();
-    if (has_bias) b_dtype = b.dtype();
+    record_inputs(x, w, b);
     state = float8_states_of(w, recipe);
     const Scaled xq = to_float8(x, *state, state->input, recipe, recipe.forward_dtype(), step, Twin::kNo);
     const Scaled wq = to_float8(w, *state, state->weight, recipe, recipe.forward_dtype(), step, Twin::kNo);

@@ -30,6 +30,23 @@ Tensor to_save(const Scaled& s);
 /// The saved FP8 copy back, with its cast's scale and amax (meta's), in the slot to_save took it from.
 Scaled from_saved(const Tensor& saved, bool twin, const Scaled& meta);
 
+/// What an FP8 GEMM op (linear, conv2d) keeps of its inputs for the backward beside their FP8
+/// copies: the shapes and dtypes its gradients take, and whether there was a bias.
+struct Float8Inputs {
+  Shape x_shape, w_shape;
+  DType x_dtype = DType::kFloat32, w_dtype = DType::kFloat32, b_dtype = DType::kFloat32;
+  bool has_bias = false;
+
+  void record_inputs(const Tensor& x, const Tensor& w, const Tensor& b) {
+    x_shape = x.shape();
+    w_shape = w.shape();
+    x_dtype = x.dtype();
+    w_dtype = w.dtype();
+    has_bias = b.defined();
+    if (has_bias) b_dtype = b.dtype();
+  }
+};
+
 /// Whether a cast should also make its transposed twin (where the device wants one): when a
 /// backward GEMM will read the tensor transposed.
 enum class Twin : bool { kNo, kWanted };

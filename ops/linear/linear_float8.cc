@@ -25,14 +25,11 @@ namespace {
 
 using kernels::Transpose;
 
-struct Float8Linear {
+struct Float8Linear : Float8Inputs {
   static constexpr OpInfo kInfo{"linear", CastPolicy::kNone};  // the op casts its operands itself
   Float8Recipe recipe;
   uint64_t step = 0;
   std::shared_ptr<Float8LinearState> state;
-  Shape x_shape, w_shape;
-  DType x_dtype = DType::kFloat32, w_dtype = DType::kFloat32, b_dtype = DType::kFloat32;
-  bool has_bias = false;
   Scaled x_meta, w_meta;  // their scales and amaxes (the FP8 data is in the saved tensors)
   bool x_twin = false, w_twin = false;  // whether the saved tensor is the transposed twin
 
@@ -43,12 +40,7 @@ struct Float8Linear {
   }
 
   Tensor forward(SavedTensors& saved, const Tensor& x, const Tensor& w, const Tensor& b) {
-    x_shape = x.shape();
-    w_shape = w.shape();
-    x_dtype = x.dtype();
-    w_dtype = w.dtype();
-    has_bias = b.defined();
-    if (has_bias) b_dtype = b.dtype();
+    record_inputs(x, w, b);
     state = float8_states_of(w, recipe);
     const int64_t rows = shape_numel(Shape(x_shape.begin(), x_shape.end() - 1));
     // dw reads x transposed and dx reads w so: their casts make the twins those GEMMs want.
