@@ -4,7 +4,8 @@
 // FP16 AMP (and the MLP in BF16 AMP), their losses checked; device memory peak and reserved; host
 // syncs per step; examples/char_gpt's training step at its own size and at a larger one
 // (bench/workloads.h GptWorkload) in FP32, FP16 AMP and BF16 AMP; conv2d forward + backward at
-// the Fashion CNN's and a ResNet stage's shapes, its float32 forward checked against the CPU; the FP8 GEMM (ours,
+// the Fashion CNN's and a ResNet stage's shapes (also in FP8), its float32 forward checked against
+// the CPU; the Fashion CNN's training step in FP32, FP16 AMP, BF16 and FP8; the FP8 GEMM (ours,
 // and the whole FP8 linear with its casts) against cuBLASLt's FP8 matmul alone and BF16 cuBLAS, and GPT-2
 // small's step with FP8 linears. Plain main (no benchmark
 // library) so the binary runs on a GPU machine as it is. Exit status 1 when a check fails.
@@ -378,6 +379,41 @@ void conv_rows() {
   }
 }
 
+// examples/fashion_mnist's CNN training step (--model=cnn: two conv-BN-ReLU-pool stages, Adam;
+// bench/workloads.h fashion_workload) on the GPU, batch 128 of one fixed random batch, in FP32,
+// FP16 AMP, BF16 autocast and FP8 (a Float8Guard in BF16 autocast: the convolutions' and
+// linears' GEMMs). Checks: every loss finite and going down, and the first FP32 loss the CPU's
+// (the same weights and data) to FP32 summation order.
+void cnn_rows() {
+  using ag::bench::Precision;
+  std::printf("\n%-44s %10s %10s %10s %10s\n", "fashion CNN training step, batch 128", "fp32", "fp16 amp", "bf16",
+              "fp8");
+  std::array<StepResult, 4> r{};
+  constexpr std::array<Precision, 4> kPrecisions{Precision::kFp32, Precision::kAmp, Precision::kAmpBf16,
+                                                 Precision::kFp8};
+  for (size_t i = 0; i < kPrecisions.size(); ++i) {
+    ag::bench::Workload w = ag::bench::fashion_workload(kPrecisions[i], ag::fashion::Model::kCnn, ag::Device::kCUDA);
+    r[i] = time_steps([&] { w.step(); }, [&] { return w.loss.item(); }, 20);
+  }
+  ag::bench::Workload cpu = ag::bench::fashion_workload(Precision::kFp32, ag::fashion::Model::kCnn);
+  cpu.step();
+  const double cpu_loss = cpu.loss.item();
+  bool ok = std::abs(r[0].first_loss - cpu_loss) <= 1e-4 * std::abs(cpu_loss);
+  for (const StepResult& s : r) {
+    ok = ok && std::isfinite(s.first_loss) && std::isfinite(s.last_loss) && s.last_loss < s.first_loss;
+  }
+  if (!ok) all_checks_passed = false;
+  std::printf("  %-42s %7.2f ms %7.2f ms %7.2f ms %7.2f ms\n", "step", r[0].seconds * 1e3, r[1].seconds * 1e3,
+              r[2].seconds * 1e3, r[3].seconds * 1e3);
+  std::printf("  %-42s %7.0f MiB %6.0f MiB %6.0f MiB %6.0f MiB\n", "device memory peak (tensors)", r[0].peak_mib,
+              r[1].peak_mib, r[2].peak_mib, r[3].peak_mib);
+  std::printf("  %-42s %s (first fp32 loss %.6g, the CPU's %.6g; last losses %.4g %.4g %.4g %.4g)\n", "losses",
+              ok ? "ok" : "WRONG", r[0].first_loss, cpu_loss, r[0].last_loss, r[1].last_loss, r[2].last_loss,
+              r[3].last_loss);
+  const std::array<const char*, 4> names{"fp32", "fp16 amp", "bf16", "fp8"};
+  for (size_t i = 0; i < r.size(); ++i) print_launch_profile(std::string("cnn ") + names[i], r[i]);
+}
+
 }  // namespace
 
 int main() {
@@ -524,6 +560,7 @@ int main() {
   }
 
   conv_rows();
+  cnn_rows();
 
   const double speedup = mlp32.seconds / mlp_amp.seconds;
   std::printf("\ntargets: fp16 linear at 8192^3 >= 0.70 of cuBLAS: %.2f %s;  AMP mlp step <= 0.5x fp32: %.2fx %s;  "

@@ -35,36 +35,40 @@ struct Workload : Steppable {
   amp::GradScaler scaler;
   DType autocast_dtype;
   bool autocast;
-  bool fp8;  // linear's GEMMs in FP8 (a Float8Guard inside the autocast)
+  bool fp8;  // the GEMMs of linear and conv2d in FP8 (a Float8Guard inside the autocast)
+  Device device;
   Tensor x, y;
   Tensor labels;  // int64 [batch]: the loss is cross_entropy(model(x), labels) instead of MSE
+  Tensor loss;    // the last step's
 
   /// x is [batch, in], y is [batch, out], both N(0, 1); SGD has momentum 0.9; lr 1e-3.
   /// param_dtype kFloat16 (kBFloat16) gives 16-bit parameters with FP32 masters in the optimizer.
+  /// Model and data live on `device`.
   Workload(std::unique_ptr<nn::Sequential> m, Precision precision, int64_t batch, int64_t in, int64_t out,
-           Optim optimizer, DType param_dtype = DType::kFloat32)
+           Optim optimizer, DType param_dtype = DType::kFloat32, Device on = Device::kCPU)
       : model(std::move(m)),
         scaler({.enabled = precision == Precision::kAmp}),
         autocast_dtype(precision == Precision::kAmpBf16 || precision == Precision::kFp8 ? DType::kBFloat16
                                                                                         : DType::kFloat16),
         autocast(precision != Precision::kFp32),
-        fp8(precision == Precision::kFp8) {
+        fp8(precision == Precision::kFp8),
+        device(on) {
     model->to(param_dtype);
+    model->to(device);
     if (optimizer == Optim::kAdam) {
       opt = std::make_unique<optim::Adam>(model->parameters(), optim::AdamOptions{.lr = 1e-3});
     } else {
       opt = std::make_unique<optim::SGD>(model->parameters(), optim::SGDOptions{.lr = 1e-3, .momentum = 0.9});
     }
-    x = randn({batch, in});
-    y = randn({batch, out});
+    x = randn({batch, in}).to(device);
+    y = randn({batch, out}).to(device);
   }
 
   void step() override {
     opt->zero_grad();
-    Tensor loss;
     {
-      amp::AutocastGuard guard(Device::kCPU, autocast_dtype, autocast);
-      amp::Float8Guard float8(Device::kCPU, {}, fp8);
+      amp::AutocastGuard guard(device, autocast_dtype, autocast);
+      amp::Float8Guard float8(device, {}, fp8);
       loss = labels.defined() ? ops::cross_entropy((*model)(x), labels) : ops::mse_loss((*model)(x), y);
     }
     scaler.scale(loss).backward();
@@ -88,14 +92,15 @@ inline Workload mlp_workload(Precision precision, Optim optimizer, DType param_d
 /// The example's training step on random normalised-image-like inputs and labels (the data's
 /// values do not change the time). Adam lr 1e-3, as the example (whose cosine schedule only sets lr).
 /// With fashion::Model::kCnn, the example's CNN (--model=cnn) instead of the MLP.
-inline Workload fashion_workload(Precision precision, fashion::Model model = fashion::Model::kMlp) {
+inline Workload fashion_workload(Precision precision, fashion::Model model = fashion::Model::kMlp,
+                                 Device device = Device::kCPU) {
   manual_seed(0);
   constexpr int64_t kBatch = 128;
   Workload w(std::make_unique<nn::Sequential>(model == fashion::Model::kCnn ? fashion::make_cnn() : fashion::make_mlp()),
-             precision, kBatch, 784, 10, Optim::kAdam);
+             precision, kBatch, 784, 10, Optim::kAdam, DType::kFloat32, device);
   std::vector<int64_t> labels(kBatch);
   for (int64_t i = 0; i < kBatch; ++i) labels[i] = (i * 7) % 10;
-  w.labels = Tensor::from_vector(labels, {kBatch});
+  w.labels = Tensor::from_vector(labels, {kBatch}).to(device);
   return w;
 }
 
