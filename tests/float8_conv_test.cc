@@ -268,7 +268,8 @@ TEST(Float8Conv2d, EachGradientAloneIsTheOneComputedWithTheOthers) {
     return std::vector<Tensor>{xs.grad(), ws.grad(), bs.grad()};
   };
   const std::vector<Tensor> all = grads(true, true, true);
-  const std::vector<Tensor> dx = grads(true, false, false), dw = grads(false, true, false), db = grads(false, false, true);
+  const std::vector<Tensor> dx = grads(true, false, false), dw = grads(false, true, false);
+  const std::vector<Tensor> db = grads(false, false, true);
   EXPECT_EQ(dx[0].to_double_vector(), all[0].to_double_vector());
   EXPECT_FALSE(dx[1].defined() || dx[2].defined());
   EXPECT_EQ(dw[1].to_double_vector(), all[1].to_double_vector());

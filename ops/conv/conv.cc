@@ -94,7 +94,8 @@ struct Conv2d {
           Tensor dyt_channels = reshape(dyt, {out_c, n, len});
           kernels::channels_from_samples(dy, n0, dyt_channels);
           if (need_dw) {
-            const Tensor part = reshape(gemm(dyt, Transpose::kNo, plan.columns(x, w, n0, n), Transpose::kYes), w.shape());
+            const Tensor cols = plan.columns(x, w, n0, n);
+            const Tensor part = reshape(gemm(dyt, Transpose::kNo, cols, Transpose::kYes), w.shape());
             if (dw.defined()) {
               accumulate_(dw, part);  // a later chunk: one rounding per chunk, few chunks by the budget
             } else {

@@ -165,8 +165,8 @@ void col2im(const Tensor& cols, const ConvGeometry& g, int64_t n0, Tensor& dx) {
   const int64_t total = n * channels * height * width;
   if (total == 0) return;
   // The map divides the element index, and each row and column plus its padding, by the strides.
-  const bool fits = fits_fast_divmod(total) && fits_fast_divmod(height + g.pad_h) && fits_fast_divmod(width + g.pad_w) &&
-                    fits_fast_divmod(g.stride_h) && fits_fast_divmod(g.stride_w);
+  const bool fits = fits_fast_divmod(total) && fits_fast_divmod(height + g.pad_h) &&
+                    fits_fast_divmod(width + g.pad_w) && fits_fast_divmod(g.stride_h) && fits_fast_divmod(g.stride_w);
   visit_floating_dtype(dx.dtype(), [&](auto t) {
     using T = DeviceType<decltype(t)>;
     T* const out = static_cast<T*>(dx.data_ptr()) + n0 * channels * height * width;
