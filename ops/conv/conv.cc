@@ -29,19 +29,18 @@ using kernels::gemm;
 
 struct Conv2d {
   static constexpr OpInfo kInfo{"conv2d", CastPolicy::kLowerPrecision};
-  Conv2dOptions options;
   detail::ConvPlan plan{};
   bool has_bias = false;
 
   void check(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    detail::check_conv2d(kInfo.name, x, w, b, options, /*same_dtype=*/true);
+    detail::check_conv2d(kInfo.name, x, w, b, plan.options, /*same_dtype=*/true);
   }
 
   Tensor forward(SavedTensors& saved, const Tensor& x, const Tensor& w, const Tensor& b) {
     saved.save(x);
     saved.save(w);
     has_bias = b.defined();
-    plan = detail::ConvPlan(x, w, options);
+    plan.set_geometry(x, w);
     const kernels::ConvGeometry& geometry = plan.geometry;
     const int64_t batch = x.size(0), out_c = w.size(0), len = geometry.out_h * geometry.out_w;
     Tensor out = Tensor::empty({batch, out_c, geometry.out_h, geometry.out_w}, x.dtype(), x.device());
@@ -49,7 +48,7 @@ struct Conv2d {
       kernels::depthwise_conv2d(x, w, b, geometry, out);
       return out;
     }
-    if (kernels::direct_conv2d_applies(x, w, geometry, options.groups)) {
+    if (kernels::direct_conv2d_applies(x, w, geometry, plan.options.groups)) {
       kernels::cpu::direct_conv2d(x, w, b, geometry, out);
       return out;
     }
@@ -66,7 +65,7 @@ struct Conv2d {
     const Tensor& x = saved[0];
     const Tensor& w = saved[1];
     const kernels::ConvGeometry& geometry = plan.geometry;
-    const int64_t out_c = w.size(0), len = geometry.out_h * geometry.out_w, groups = options.groups;
+    const int64_t out_c = w.size(0), len = geometry.out_h * geometry.out_w, groups = plan.options.groups;
     const Tensor w3 = plan.weight_groups(w);
     Tensor dx, dw, db;
     if (saved.needs_grad(0)) dx = Tensor::empty(x.shape(), dy.dtype(), dy.device());
@@ -128,7 +127,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dOpt
   if (x.defined() && fp8::region(x.device()).enabled) {
     if (Tensor y = detail::conv2d_float8(x, w, b, options); y.defined()) return y;
   }
-  return dispatch(Conv2d{.options = options}, x, w, b);
+  return dispatch(Conv2d{.plan = detail::ConvPlan(options)}, x, w, b);
 }
 
 }  // namespace ampgrad::ops

@@ -36,7 +36,6 @@ constexpr int64_t kFloat8ChunkShare = 2;
 
 struct Float8Conv2d : Float8Inputs {
   static constexpr OpInfo kInfo{"conv2d", CastPolicy::kNone};  // the op casts its operands itself
-  Conv2dOptions options;
   Float8Recipe recipe;
   uint64_t step = 0;
   std::shared_ptr<Float8LinearState> state;
@@ -45,24 +44,25 @@ struct Float8Conv2d : Float8Inputs {
 
   void check(const Tensor& x, const Tensor& w, const Tensor& b) const {
     // Under autocast the operands need not share a dtype; the FP8 casts read each as it is.
-    check_conv2d(kInfo.name, x, w, b, options, /*same_dtype=*/!autocast::state(x.device()).enabled);
+    check_conv2d(kInfo.name, x, w, b, plan.options, /*same_dtype=*/!autocast::state(x.device()).enabled);
   }
 
   // A GEMM operand of the groups' stacked matrices [g, rows, cols]: one 2-D matrix for one group.
   Tensor gemm_view(const Tensor& stacked) const {
-    return options.groups == 1 ? reshape(stacked, {stacked.size(1), stacked.size(2)}) : stacked;
+    return plan.options.groups == 1 ? reshape(stacked, {stacked.size(1), stacked.size(2)}) : stacked;
   }
 
   // The float32 sums of op(a) op(b) over FP8 operands, [g, m, n] (or [m, n] for one group).
   Tensor sums(const Tensor& a, Transpose ta, const Tensor& b, Transpose tb, int64_t m, int64_t n) const {
-    const Shape shape = options.groups == 1 ? Shape{m, n} : Shape{options.groups, m, n};
+    const int64_t groups = plan.options.groups;
+    const Shape shape = groups == 1 ? Shape{m, n} : Shape{groups, m, n};
     Tensor out = Tensor::empty(shape, DType::kFloat32, a.device());
     kernels::gemm(gemm_view(a), ta, gemm_view(b), tb, Tensor(), out);
     return out;
   }
 
   Tensor forward(SavedTensors& saved, const Tensor& x, const Tensor& w, const Tensor& b) {
-    plan = ConvPlan(x, w, options);
+    plan.set_geometry(x, w);
     record_inputs(x, w, b);
     state = float8_states_of(w, recipe);
     const Scaled xq = to_float8(x, *state, state->input, recipe, recipe.forward_dtype(), step, Twin::kNo);
@@ -75,7 +75,7 @@ struct Float8Conv2d : Float8Inputs {
     const autocast::State autocast = autocast::state(x.device());
     const DType dtype = autocast.enabled ? autocast.dtype : x_dtype;
     const kernels::ConvGeometry& g = plan.geometry;
-    const int64_t out_c = w.size(0), len = g.out_h * g.out_w, groups = options.groups;
+    const int64_t out_c = w.size(0), len = g.out_h * g.out_w, groups = plan.options.groups;
     Tensor y = Tensor::empty({x.size(0), out_c, g.out_h, g.out_w}, dtype, x.device());
     if (!finite_product(xq, wq)) {
       fill_(y, std::nan(""));
@@ -97,7 +97,7 @@ struct Float8Conv2d : Float8Inputs {
   std::vector<Tensor> backward(const SavedTensors& saved, const Tensor& dy) const {
     const Scaled xq = from_saved(saved[0], /*twin=*/false, x_meta), wq = from_saved(saved[1], /*twin=*/false, w_meta);
     const kernels::ConvGeometry& geometry = plan.geometry;
-    const int64_t out_c = w_shape[0], len = geometry.out_h * geometry.out_w, groups = options.groups;
+    const int64_t out_c = w_shape[0], len = geometry.out_h * geometry.out_w, groups = plan.options.groups;
     const int64_t rows = x_shape[1] * geometry.kh * geometry.kw;  // of the columns, Kg per group
     Tensor dx, dw, db;
     const bool need_dx = saved.needs_grad(0), need_dw = saved.needs_grad(1);
@@ -159,7 +159,7 @@ Tensor conv2d_float8(const Tensor& x, const Tensor& w, const Tensor& b, const Co
   if (x.dim() == 4 && w.defined() && w.dim() == 4 && is_depthwise(x, w, options.groups)) return Tensor();
   const fp8::Region region = fp8::region(x.device());
   Float8Conv2d op;
-  op.options = options;
+  op.plan = ConvPlan(options);
   op.recipe = region.recipe;
   op.step = region.step;
   return dispatch(std::move(op), x, w, b);

@@ -45,11 +45,12 @@ void check_conv2d(const char* op, const Tensor& x, const Tensor& w, const Tensor
            " x ", x.size(3) + 2 * o.padding[1], "): output ", out_h, " x ", out_w, " (", all(), ")");
 }
 
-ConvPlan::ConvPlan(const Tensor& x, const Tensor& w, const Conv2dOptions& o)
-    : options(o),
-      geometry{.kh = w.size(2), .kw = w.size(3), .stride_h = o.stride[0], .stride_w = o.stride[1],
-               .pad_h = o.padding[0], .pad_w = o.padding[1], .dilation_h = o.dilation[0], .dilation_w = o.dilation[1],
-               .out_h = conv_out_size(x.size(2), w.size(2), o.stride[0], o.padding[0], o.dilation[0]),
-               .out_w = conv_out_size(x.size(3), w.size(3), o.stride[1], o.padding[1], o.dilation[1])} {}
+void ConvPlan::set_geometry(const Tensor& x, const Tensor& w) {
+  const Conv2dOptions& o = options;
+  geometry = {.kh = w.size(2), .kw = w.size(3), .stride_h = o.stride[0], .stride_w = o.stride[1],
+              .pad_h = o.padding[0], .pad_w = o.padding[1], .dilation_h = o.dilation[0], .dilation_w = o.dilation[1],
+              .out_h = conv_out_size(x.size(2), w.size(2), o.stride[0], o.padding[0], o.dilation[0]),
+              .out_w = conv_out_size(x.size(3), w.size(3), o.stride[1], o.padding[1], o.dilation[1])};
+}
 
 }  // namespace ampgrad::ops::detail

@@ -22,14 +22,18 @@ inline bool is_depthwise(const Tensor& x, const Tensor& w, int64_t groups) {
   return groups > 1 && groups == x.size(1) && w.size(0) == x.size(1);
 }
 
-/// The geometry of a checked convolution and its im2col route: the weight's groups as matrices,
-/// the columns of a chunk of samples, and the chunks.
+/// A convolution's options, its geometry once the forward has seen x and w (set_geometry), and
+/// its im2col route: the weight's groups as matrices, the columns of a chunk of samples, and the
+/// chunks.
 struct ConvPlan {
   Conv2dOptions options;
   kernels::ConvGeometry geometry{};
 
   ConvPlan() = default;
-  ConvPlan(const Tensor& x, const Tensor& w, const Conv2dOptions& o);
+  explicit ConvPlan(const Conv2dOptions& o) : options(o) {}
+
+  /// The geometry of checked x and w under the options.
+  void set_geometry(const Tensor& x, const Tensor& w);
 
   bool depthwise(const Tensor& x, const Tensor& w) const { return is_depthwise(x, w, options.groups); }
 
