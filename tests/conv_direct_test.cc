@@ -44,6 +44,24 @@ const Case kCases[] = {
     {2, 3, 4, 31, 5, 1, 3, 0, 1, true},    // rows sharing padding columns and no padding rows
     {2, 2, 1, 1, 3, 3, 3, 1, 1, true},     // an input smaller than the kernel
     {1, 3, 2, 2, 5, 3, 3, 2, 2, true},     // padding 2 all round a 2 x 2 input
+    {2, 6, 14, 14, 40, 3, 3, 1, 1, true},  // the CNN's plane (channel tiles of 14): a full and a partial block of 32
+    {1, 4, 7, 7, 33, 3, 3, 1, 1, false},   // 7 x 7 (channel tiles of 7) into 33 channels
+    {1, 5, 5, 23, 32, 3, 3, 1, 1, true},   // rows of 23: channel tiles of 14 with a partial one, overrunning rows
+    {2, 5, 14, 14, 64, 3, 3, 1, 1, false}, // y and dw pick the channel tiles themselves; 45 taps: a partial tile of 6
+    {6, 1, 14, 14, 256, 3, 3, 1, 1, true}, // dw's channel tiles: 3 groups of 2 samples carry their float sums
+};
+
+// The routes (float32 at AVX-512): the grid's tiles along positions, and the channel tiles along
+// output channels. The tests below run y, dx and dw on both, whatever the automatic choice.
+const k::cpu::DirectConvRoute kRoutes[] = {k::cpu::DirectConvRoute::kGrid, k::cpu::DirectConvRoute::kChannels};
+const char* route_name(k::cpu::DirectConvRoute route) {
+  return route == k::cpu::DirectConvRoute::kGrid ? "grid tiles" : "channel tiles";
+}
+struct ForcedRoute {
+  explicit ForcedRoute(k::cpu::DirectConvRoute route) { k::cpu::set_direct_conv_route_for_testing(route); }
+  ~ForcedRoute() { k::cpu::set_direct_conv_route_for_testing(k::cpu::DirectConvRoute::kAuto); }
+  ForcedRoute(const ForcedRoute&) = delete;
+  ForcedRoute& operator=(const ForcedRoute&) = delete;
 };
 
 ag::Shape x_shape(const Case& c) { return {c.n, c.c, c.h, c.w}; }
@@ -112,11 +130,16 @@ TEST(DirectConv2d, ForwardGivesTheIm2colRoutesBits) {
     const Tensor b = c.bias ? random_tensor({c.o}, seed++) : Tensor();
     const k::ConvGeometry g = geometry(c);
     ASSERT_TRUE(k::direct_conv2d_applies(x, w, g, 1));
-    Tensor direct = Tensor::empty({c.n, c.o, g.out_h, g.out_w}, DType::kFloat32);
-    k::cpu::direct_conv2d(x, w, b, g, direct);
-    EXPECT_EQ(direct.to_vector(), im2col_forward(x, w, b, g).to_vector());
-    // The op takes the direct kernel.
-    EXPECT_EQ(ag::ops::conv2d(x, w, b, {.padding = {c.ph, c.pw}}).to_vector(), direct.to_vector());
+    const std::vector<float> want = im2col_forward(x, w, b, g).to_vector();
+    for (const k::cpu::DirectConvRoute route : kRoutes) {
+      SCOPED_TRACE(route_name(route));
+      const ForcedRoute forced(route);
+      Tensor direct = Tensor::empty({c.n, c.o, g.out_h, g.out_w}, DType::kFloat32);
+      k::cpu::direct_conv2d(x, w, b, g, direct);
+      EXPECT_EQ(direct.to_vector(), want);
+    }
+    // The op takes the direct kernel, on the route it picks.
+    EXPECT_EQ(ag::ops::conv2d(x, w, b, {.padding = {c.ph, c.pw}}).to_vector(), want);
   }
 }
 
@@ -130,6 +153,14 @@ TEST(DirectConv2d, InputGradientMatchesTheFloat64Reference) {
     Tensor dx = Tensor::empty(x_shape(c), DType::kFloat32);
     k::cpu::direct_conv2d_input_grad(dy, w, g, dx);
     EXPECT_CLOSE(dx, input_grad_reference(c, dy, w), DType::kFloat32, {.k = c.o * c.kh * c.kw, .magnitude = 4});
+    // Both routes give the same bits (one FMA chain per output).
+    for (const k::cpu::DirectConvRoute route : kRoutes) {
+      SCOPED_TRACE(route_name(route));
+      const ForcedRoute forced(route);
+      Tensor routed = Tensor::empty(x_shape(c), DType::kFloat32);
+      k::cpu::direct_conv2d_input_grad(dy, w, g, routed);
+      EXPECT_EQ(routed.to_vector(), dx.to_vector());
+    }
     // Through the op's backward too.
     Tensor x = random_tensor(x_shape(c), seed++);
     x.set_requires_grad(true);
@@ -179,11 +210,18 @@ TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
                                       << ", " << c.c << ", " << c.kh << ", " << c.kw << "]");
     const k::ConvGeometry g = geometry(c);
     const Tensor x = random_tensor(x_shape(c), seed++), dy = random_tensor({c.n, c.o, g.out_h, g.out_w}, seed++);
+    const std::vector<double> want = weight_grad_reference(c, x, dy);
+    // Each vector lane sums a share of the n x grid positions in float (|dy x| <= 1); the lanes are
+    // totalled in double. The channel tiles' float sums are shorter.
+    for (const k::cpu::DirectConvRoute route : kRoutes) {
+      SCOPED_TRACE(route_name(route));
+      const ForcedRoute forced(route);
+      Tensor routed = Tensor::empty(w_shape(c), DType::kFloat32);
+      ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, routed)) << "no NaN from finite inputs";
+      EXPECT_CLOSE(routed, want, DType::kFloat32, {.k = grid_terms(c), .magnitude = 16});
+    }
     Tensor dw = Tensor::empty(w_shape(c), DType::kFloat32);
     ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
-    // Each vector lane sums a share of the n x grid positions in float (|dy x| <= 1); the lanes are
-    // totalled in double.
-    EXPECT_CLOSE(dw, weight_grad_reference(c, x, dy), DType::kFloat32, {.k = grid_terms(c), .magnitude = 16});
     // Through the op's backward too.
     Tensor w = random_tensor(w_shape(c), seed++);
     w.set_requires_grad(true);
@@ -194,9 +232,14 @@ TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
   const Case big{40, 8, 30, 70, 5, 3, 3, 1, 1, false};
   const k::ConvGeometry g = geometry(big);
   const Tensor x = random_tensor(x_shape(big), 7), dy = random_tensor({big.n, big.o, g.out_h, g.out_w}, 8);
-  Tensor dw = Tensor::empty(w_shape(big), DType::kFloat32);
-  ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
-  EXPECT_CLOSE(dw, weight_grad_reference(big, x, dy), DType::kFloat32, {.k = grid_terms(big), .magnitude = 64});
+  const std::vector<double> want = weight_grad_reference(big, x, dy);
+  for (const k::cpu::DirectConvRoute route : kRoutes) {
+    SCOPED_TRACE(route_name(route));
+    const ForcedRoute forced(route);
+    Tensor dw = Tensor::empty(w_shape(big), DType::kFloat32);
+    ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
+    EXPECT_CLOSE(dw, want, DType::kFloat32, {.k = grid_terms(big), .magnitude = 64});
+  }
 }
 
 // Bfloat16 (AVX512_BF16: channel pairs, or grid-position pairs for the weight gradient, summed in
@@ -267,6 +310,7 @@ TEST(DirectConv2d, ChunksAndBandsChangeNoBit) {
       return std::vector<std::vector<float>>{y.to_vector(), dx.to_vector(), dw.to_vector()};
     };
     const auto whole = run_all();
+
     // One sample per chunk and one tile per band; then bands of a few tiles with a short last one
     // (two of AVX-512's 4-channel tiles of 5, eight of AVX2's 2-channel tiles of 10).
     const auto with_budgets = [&](int64_t padded, int64_t partial) {

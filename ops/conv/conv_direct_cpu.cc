@@ -11,6 +11,10 @@
 //   float32, AVX-512   8 x 32: 16 zmm accumulators;
 //   bfloat16, AVX512_BF16 8 x 32 over channel pairs: the padded copy holds (c, c + 1) pairs in
 //     32-bit words, so VDPBF16PS takes two channels a step (the GEMM's pair kernel's arithmetic).
+// On small planes, where the grid drops many columns (2 of every 16 at 14 x 14), float32 at AVX-512
+// runs channel tiles instead: 32 output channels x a run of one output row's positions, x
+// broadcast, leaving channels-last through a transpose (channel_tiles_pay decides by counting the
+// products each route computes); its weight gradient likewise runs along output channels.
 // The AVX-512 tiles are compiled for their own targets and run where effective_cpu_isa() allows.
 // Float32: each output is 0, then one FMA per (c, i, j) in order, then + b: the bits of the im2col
 // GEMM route (the GEMM makes the same chain), so the two routes agree exactly. Bfloat16 pairs other
@@ -27,29 +31,27 @@
 #include "framework/cpu_features.h"
 #include "framework/error.h"
 #include "framework/parallel.h"
+#include "ops/conv/conv_direct_common.h"
 #include "ops/conv/conv_kernels.h"
 
-#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+#ifdef AMPGRAD_DIRECT_CONV
 #include <immintrin.h>
 
 #include "framework/bfloat16_avx512.h"
-#define AMPGRAD_DIRECT_CONV 1
 #endif
 
 namespace ampgrad::kernels::cpu {
 
 #ifdef AMPGRAD_DIRECT_CONV
 
+namespace direct {
 namespace {
-
 
 // How many padded input values one chunk of samples copies (8 Mi), and how many floats of vector
 // partial sums the weight gradient keeps at once (2 Mi), at most beyond one sample's and one
-// channel tile's: transients beside x and w, bounded whatever the batch and the number of output
-// channels. Tests lower them (set_direct_conv_budgets_for_testing).
+// channel tile's: the grid's transients beside x and w, bounded whatever the batch and the number
+// of output channels. Tests lower them (set_direct_conv_budgets_for_testing).
 constexpr int64_t kPaddedBudget = int64_t{1} << 23, kPartialBudget = int64_t{1} << 21;
-// The weight gradient's windows of one block of positions, in bytes: half of a 1 MB L2.
-constexpr int64_t kWindowBudget = int64_t{1} << 19;
 std::atomic<int64_t> padded_budget_for_testing{0}, partial_budget_for_testing{0};
 int64_t padded_budget() {
   const int64_t set = padded_budget_for_testing.load();
@@ -60,94 +62,7 @@ int64_t partial_budget() {
   return set > 0 ? set : kPartialBudget;
 }
 
-// The geometry of one call: the source [n, C, H, W] (x, or dy for the input gradient) read through
-// its padded copy [n, words, Hp, Wp], where a word holds one channel (float32) or a channel pair
-// (bfloat16); O outputs channels of out_h x out_w. Source row r starts at (pad_h + r) Wp + pad_w.
-struct Plan {
-  int64_t channels, height, width, out_c, kh, kw, pad_h, pad_w, out_h, out_w;
-  int64_t words = 0, padded_h = 0, padded_w = 0;
-};
-
-// Wp: W + pad_w, where the pad_w zeros before a row are also the right padding of the row above
-// (out_w <= Wp since pad_w < kw; the last row's right padding is the next plane's first zeros, or
-// the slack after the last plane), so fewer dropped columns are computed: 1 of 57 at the ResNet
-// stage's 56 x 56, not 2 of 58 (3% of the BF16 step). W + 2 pad_w where that gives as few runs of
-// 32 positions: at 14 x 14 both take 7, and rows of 16 floats keep a third of the loads aligned.
-int64_t padded_width(const Plan& p) {
-  const int64_t shared = p.width + p.pad_w, separate = p.width + 2 * p.pad_w;
-  const auto runs = [&](int64_t wp) { return (p.out_h * wp + 31) / 32; };
-  return runs(separate) <= runs(shared) ? separate : shared;
-}
-
-// The padded copy's and the packed weights' 32-bit words: a float, or two bfloat16 channels with
-// the even one in the high half (VDPBF16PS multiplies it first). A missing odd channel pads with +0
-// in the weights and -0 in x (kPadA, kPadB: the product -0 leaves every sum unchanged).
-template <typename T>
-using Word = std::conditional_t<std::is_same_v<T, float>, float, uint32_t>;
-constexpr uint32_t pair_word(uint16_t first, uint16_t second) { return (uint32_t{first} << 16) | second; }
-constexpr uint16_t kPadA = 0x0000, kPadB = 0x8000;
-template <typename T>
-constexpr int64_t channels_per_word() {
-  return std::is_same_v<T, float> ? 1 : 2;
-}
-
-// w [O, C, kh, kw] as blocks of kRows output channels: wp[ob][word][i][j][r] holds
-// w[ob kRows + r, channel(s) of word, i, j] (0 past O): the kRows words one step broadcasts.
-template <int kRows, typename T>
-std::vector<Word<T>> pack_weights(const T* w, const Plan& p) {
-  const int64_t blocks = (p.out_c + kRows - 1) / kRows, taps = p.kh * p.kw;
-  std::vector<Word<T>> packed(static_cast<size_t>(blocks * p.words * taps * kRows), Word<T>{});
-  for (int64_t o = 0; o < p.out_c; ++o) {
-    for (int64_t cw = 0; cw < p.words; ++cw) {
-      for (int64_t t = 0; t < taps; ++t) {
-        Word<T>& out = packed[static_cast<size_t>((((o / kRows) * p.words + cw) * taps + t) * kRows + o % kRows)];
-        if constexpr (std::is_same_v<T, float>) {
-          out = w[(o * p.channels + cw) * taps + t];
-        } else {
-          const int64_t c = 2 * cw;
-          out = pair_word(w[(o * p.channels + c) * taps + t].bits,
-                          c + 1 < p.channels ? w[(o * p.channels + c + 1) * taps + t].bits : kPadA);
-        }
-      }
-    }
-  }
-  return packed;
-}
-
-// Samples [n0, n0 + n) of `src` into the zero-padded copy, one channel (Pairs: a channel pair's
-// words) per plane. Without Pairs the copy keeps src's type (the weight gradient reads bfloat16
-// pairs along the grid from it).
-template <bool kPairs, typename T, typename Out>
-void pad_samples(const T* src, int64_t n0, int64_t n, const Plan& p, Out* padded) {
-  const int64_t plane = p.padded_h * p.padded_w, planes = kPairs ? p.words : p.channels;
-  const int64_t hw = p.height * p.width;
-  parallel_range(n * planes, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(plane, 1)),
-                 [&](int64_t lo, int64_t hi) {
-                   for (int64_t item = lo; item < hi; ++item) {
-                     const int64_t s = item / planes, cw = item % planes;
-                     Out* dst = padded + item * plane;
-                     // Zeros only where no row lands: before the first row, between rows, after the last.
-                     Out* zeros_from = dst;
-                     for (int64_t r = 0; r < p.height; ++r) {
-                       Out* row = dst + (p.pad_h + r) * p.padded_w + p.pad_w;
-                       std::fill(zeros_from, row, Out{});
-                       zeros_from = row + p.width;
-                       if constexpr (kPairs) {
-                         const int64_t c = 2 * cw;
-                         const T* first = src + ((n0 + s) * p.channels + c) * hw + r * p.width;
-                         const T* second = c + 1 < p.channels ? first + hw : nullptr;
-                         for (int64_t col = 0; col < p.width; ++col) {
-                           row[col] = pair_word(first[col].bits, second != nullptr ? second[col].bits : kPadB);
-                         }
-                       } else {
-                         std::memcpy(row, src + ((n0 + s) * p.channels + cw) * hw + r * p.width,
-                                     static_cast<size_t>(p.width) * sizeof(T));
-                       }
-                     }
-                     std::fill(zeros_from, dst + plane, Out{});
-                   }
-                 });
-}
+std::atomic<DirectConvRoute> route_for_testing{DirectConvRoute::kAuto};
 
 // n values in copies of fixed sizes, which compile to a few moves: a call to memcpy for each run of
 // a tile row cost 3% of the BF16 ResNet stage.
@@ -338,7 +253,11 @@ void run(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y, T
 template <typename T>
 void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan& p, T* y) {
   if constexpr (std::is_same_v<T, float>) {
-    if (effective_cpu_isa() >= CpuIsa::kAvx512) {
+    const DirectConvRoute route = route_for_testing.load();
+    if (effective_cpu_isa() >= CpuIsa::kAvx512 && route != DirectConvRoute::kGrid &&
+        (route == DirectConvRoute::kChannels || channel_tiles_pay(p))) {
+      convolve_in_channel_tiles(src, w, bias, batch, p, y);
+    } else if (effective_cpu_isa() >= CpuIsa::kAvx512) {
       run<8, 32>(src, w, bias, batch, p, y,
                  [](const float* in, const float* wp, const float* b, const Plan& q, float(&t)[8][32]) {
                    tile_avx512(in, wp, b, q, t);
@@ -366,11 +285,6 @@ void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan
 // in memory between blocks; its lanes are added in double at the end. Bfloat16 takes positions
 // (q, q + 1) as the pairs of VDPBF16PS: both operands are runs of memory, so pairs need no
 // rearranging.
-
-// p rounded up to a 64-byte boundary (a buffer allocated 16 floats longer holds what follows).
-inline float* align_64(float* p) {
-  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
-}
 
 // The positions one weight-tile call runs over.
 struct Block {
@@ -577,7 +491,11 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
 template <typename T>
 void weight_grad(const T* x, const T* dy, int64_t batch, const Plan& p, double* total) {
   if constexpr (std::is_same_v<T, float>) {
-    if (effective_cpu_isa() >= CpuIsa::kAvx512) {
+    const DirectConvRoute route = route_for_testing.load();
+    if (effective_cpu_isa() >= CpuIsa::kAvx512 && route != DirectConvRoute::kGrid &&
+        (route == DirectConvRoute::kChannels || channel_weight_tiles_pay(p))) {
+      weight_grad_in_channel_tiles(x, dy, batch, p, total);
+    } else if (effective_cpu_isa() >= CpuIsa::kAvx512) {
       run_weight_grad<4, 6, 16>(x, dy, batch, p, total, [](const float* const(&d)[4], const float* const(&w)[6],
                                                            const Block& b, float* sums) {
         weight_tile_avx512<4, 6>(d, w, b, sums);
@@ -605,6 +523,9 @@ void visit_direct_dtype(DType dtype, Fn&& fn) {
 }
 
 }  // namespace
+}  // namespace direct
+
+using direct::Plan;
 
 bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry& g, int64_t groups) {
   const bool dtype_ok = x.dtype() == DType::kFloat32 ||
@@ -616,15 +537,17 @@ bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry&
 void direct_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y) {
   const Plan p{.channels = x.size(1), .height = x.size(2), .width = x.size(3), .out_c = w.size(0), .kh = g.kh,
                .kw = g.kw, .pad_h = g.pad_h, .pad_w = g.pad_w, .out_h = g.out_h, .out_w = g.out_w};
-  visit_direct_dtype(x.dtype(), [&](auto t) {
+  direct::visit_direct_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
-    convolve<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, x.size(0), p, y.data<T>());
+    direct::convolve<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, x.size(0), p, y.data<T>());
   });
 }
 
+void set_direct_conv_route_for_testing(DirectConvRoute route) { direct::route_for_testing.store(route); }
+
 void set_direct_conv_budgets_for_testing(int64_t padded_values, int64_t partial_floats) {
-  padded_budget_for_testing.store(padded_values);
-  partial_budget_for_testing.store(partial_floats);
+  direct::padded_budget_for_testing.store(padded_values);
+  direct::partial_budget_for_testing.store(partial_floats);
 }
 
 void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeometry& g, Tensor& dx) {
@@ -636,7 +559,7 @@ void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeome
   const int64_t out_c = w.size(0), in_c = w.size(1), kh = g.kh, kw = g.kw;
   const Plan p{.channels = out_c, .height = g.out_h, .width = g.out_w, .out_c = in_c, .kh = kh, .kw = kw,
                .pad_h = kh - 1 - g.pad_h, .pad_w = kw - 1 - g.pad_w, .out_h = dx.size(2), .out_w = dx.size(3)};
-  visit_direct_dtype(dy.dtype(), [&](auto t) {
+  direct::visit_direct_dtype(dy.dtype(), [&](auto t) {
     using T = decltype(t);
     std::vector<T> turned(static_cast<size_t>(w.numel()));
     const T* src = w.data<T>();
@@ -650,7 +573,7 @@ void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeome
         }
       }
     }
-    convolve<T>(dy.data<T>(), turned.data(), nullptr, dy.size(0), p, dx.data<T>());
+    direct::convolve<T>(dy.data<T>(), turned.data(), nullptr, dy.size(0), p, dx.data<T>());
   });
 }
 
@@ -660,9 +583,9 @@ bool direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeom
   const Plan p{.channels = x.size(1), .height = x.size(2), .width = x.size(3), .out_c = dw.size(0), .kh = g.kh,
                .kw = g.kw, .pad_h = g.pad_h, .pad_w = g.pad_w, .out_h = g.out_h, .out_w = g.out_w};
   std::vector<double> total(static_cast<size_t>(dw.numel()), 0.0);
-  visit_direct_dtype(x.dtype(), [&](auto t) {
+  direct::visit_direct_dtype(x.dtype(), [&](auto t) {
     using T = decltype(t);
-    weight_grad<T>(x.data<T>(), dy.data<T>(), x.size(0), p, total.data());
+    direct::weight_grad<T>(x.data<T>(), dy.data<T>(), x.size(0), p, total.data());
     T* out = dw.data<T>();
     for (size_t k = 0; k < total.size(); ++k) out[k] = convert<T>(total[k]);
   });
@@ -683,6 +606,7 @@ bool direct_conv2d_weight_grad(const Tensor&, const Tensor&, const ConvGeometry&
   return false;
 }
 void set_direct_conv_budgets_for_testing(int64_t, int64_t) {}
+void set_direct_conv_route_for_testing(DirectConvRoute) {}
 
 #endif
 

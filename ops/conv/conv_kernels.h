@@ -112,15 +112,23 @@ inline void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
 // grid columns and the positions past the grid pair other x values, the next row's, channel's or
 // sample's, with a dy of 0). All three overwrite their output; dy, w, x and the outputs share one
 // dtype.
-// set_direct_conv_budgets_for_testing: lowers the transients' budgets (padded values per chunk of
-// samples, partial-sum floats per band of channels; 0 restores the default) so that tests run the
-// chunk and band loops more than once.
+// On small planes float32 at AVX-512 runs each of the three (each decided by its own shape) along
+// output channels instead of grid positions: the forward and dx give the same bits; dw's float
+// sums take fewer terms each (about 2048 plus a group of samples' positions) and cover no dropped
+// column, so there a NaN is the reference's.
+// set_direct_conv_budgets_for_testing: lowers the grid route's transients' budgets (padded values
+// per chunk of samples, partial-sum floats per band of channels; 0 restores the default) so that
+// tests run the chunk and band loops more than once.
+// set_direct_conv_route_for_testing: forces the grid or the channel tiles (kAuto: by shape) so that
+// tests hold both to the same results; the channel tiles need AVX-512 and fall back to the grid.
 namespace cpu {
 bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry& g, int64_t groups);
 void direct_conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g, Tensor& y);
 void direct_conv2d_input_grad(const Tensor& dy, const Tensor& w, const ConvGeometry& g, Tensor& dx);
 [[nodiscard]] bool direct_conv2d_weight_grad(const Tensor& x, const Tensor& dy, const ConvGeometry& g, Tensor& dw);
 void set_direct_conv_budgets_for_testing(int64_t padded_values, int64_t partial_floats);
+enum class DirectConvRoute { kAuto, kGrid, kChannels };
+void set_direct_conv_route_for_testing(DirectConvRoute route);
 }  // namespace cpu
 inline bool direct_conv2d_applies(const Tensor& x, const Tensor& w, const ConvGeometry& g, int64_t groups) {
   return x.device() == Device::kCPU && cpu::direct_conv2d_applies(x, w, g, groups);
