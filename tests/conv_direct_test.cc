@@ -51,12 +51,19 @@ const Case kCases[] = {
     {6, 1, 14, 14, 256, 3, 3, 1, 1, true}, // dw's channel tiles: 3 groups of 2 samples carry their float sums
 };
 
-// The routes (float32 at AVX-512): the grid's tiles along positions, and the channel tiles along
-// output channels. The tests below run y, dx and dw on both, whatever the automatic choice.
+// The routes (float32 at AVX-512, bfloat16 at AVX512_BF16): the grid's tiles along positions, and
+// the channel tiles along output channels. The tests below run y, dx and dw on both, whatever the
+// automatic choice; where they must agree, bit for bit (bits_of: -0 is not +0).
 const k::cpu::DirectConvRoute kRoutes[] = {k::cpu::DirectConvRoute::kGrid, k::cpu::DirectConvRoute::kChannels};
 const char* route_name(k::cpu::DirectConvRoute route) {
   return route == k::cpu::DirectConvRoute::kGrid ? "grid tiles" : "channel tiles";
 }
+// A contiguous CPU tensor's bytes.
+std::vector<unsigned char> bits_of(const Tensor& t) {
+  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+  return {bytes, bytes + t.numel() * static_cast<int64_t>(ag::element_size(t.dtype()))};
+}
+
 struct ForcedRoute {
   explicit ForcedRoute(k::cpu::DirectConvRoute route) { k::cpu::set_direct_conv_route_for_testing(route); }
   ~ForcedRoute() { k::cpu::set_direct_conv_route_for_testing(k::cpu::DirectConvRoute::kAuto); }
@@ -130,16 +137,16 @@ TEST(DirectConv2d, ForwardGivesTheIm2colRoutesBits) {
     const Tensor b = c.bias ? random_tensor({c.o}, seed++) : Tensor();
     const k::ConvGeometry g = geometry(c);
     ASSERT_TRUE(k::direct_conv2d_applies(x, w, g, 1));
-    const std::vector<float> want = im2col_forward(x, w, b, g).to_vector();
+    const std::vector<unsigned char> want = bits_of(im2col_forward(x, w, b, g));
     for (const k::cpu::DirectConvRoute route : kRoutes) {
       SCOPED_TRACE(route_name(route));
       const ForcedRoute forced(route);
       Tensor direct = Tensor::empty({c.n, c.o, g.out_h, g.out_w}, DType::kFloat32);
       k::cpu::direct_conv2d(x, w, b, g, direct);
-      EXPECT_EQ(direct.to_vector(), want);
+      EXPECT_EQ(bits_of(direct), want);
     }
     // The op takes the direct kernel, on the route it picks.
-    EXPECT_EQ(ag::ops::conv2d(x, w, b, {.padding = {c.ph, c.pw}}).to_vector(), want);
+    EXPECT_EQ(bits_of(ag::ops::conv2d(x, w, b, {.padding = {c.ph, c.pw}})), want);
   }
 }
 
@@ -159,7 +166,7 @@ TEST(DirectConv2d, InputGradientMatchesTheFloat64Reference) {
       const ForcedRoute forced(route);
       Tensor routed = Tensor::empty(x_shape(c), DType::kFloat32);
       k::cpu::direct_conv2d_input_grad(dy, w, g, routed);
-      EXPECT_EQ(routed.to_vector(), dx.to_vector());
+      EXPECT_EQ(bits_of(routed), bits_of(dx));
     }
     // Through the op's backward too.
     Tensor x = random_tensor(x_shape(c), seed++);
@@ -243,7 +250,8 @@ TEST(DirectConv2d, WeightGradientMatchesTheFloat64Reference) {
 }
 
 // Bfloat16 (AVX512_BF16: channel pairs, or grid-position pairs for the weight gradient, summed in
-// float by VDPBF16PS), each result rounded once: against float64 from the same bfloat16 values.
+// float by VDPBF16PS), each result rounded once: against float64 from the same bfloat16 values, and
+// y and dx the same on both routes.
 TEST(DirectConv2d, Bfloat16MatchesTheFloat64Reference) {
   const Tensor probe = Tensor::empty({1, 1, 4, 4}, DType::kBFloat16);
   const k::ConvGeometry probe_g{.kh = 3, .kw = 3, .pad_h = 1, .pad_w = 1, .out_h = 4, .out_w = 4};
@@ -271,6 +279,16 @@ TEST(DirectConv2d, Bfloat16MatchesTheFloat64Reference) {
     Tensor dx = Tensor::empty(x_shape(c), DType::kBFloat16);
     k::cpu::direct_conv2d_input_grad(dy, w, g, dx);
     EXPECT_CLOSE(dx, input_grad_reference(c, dy, w), DType::kBFloat16, {.k = c.o * c.kh * c.kw, .magnitude = 4});
+    // The channel tiles pair the same channels in the same order as the grid's: the same bits.
+    for (const k::cpu::DirectConvRoute route : kRoutes) {
+      SCOPED_TRACE(route_name(route));
+      const ForcedRoute forced(route);
+      Tensor routed_y = Tensor::empty(y.shape(), DType::kBFloat16), routed_dx = Tensor::empty(x_shape(c), DType::kBFloat16);
+      k::cpu::direct_conv2d(x, w, b, g, routed_y);
+      k::cpu::direct_conv2d_input_grad(dy, w, g, routed_dx);
+      EXPECT_EQ(bits_of(routed_y), bits_of(y));
+      EXPECT_EQ(bits_of(routed_dx), bits_of(dx));
+    }
     Tensor dw = Tensor::empty(w_shape(c), DType::kBFloat16);
     ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
     EXPECT_CLOSE(dw, weight_grad_reference(c, x, dy), DType::kBFloat16, {.k = grid_terms(c), .magnitude = 16});

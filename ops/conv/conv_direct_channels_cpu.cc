@@ -1,10 +1,12 @@
-// The direct convolution's channel tiles (float32, AVX-512; conv_direct_common.h). On small planes
+// The direct convolution's channel tiles (float32 at AVX-512; bfloat16 at AVX512_BF16 for y and dx,
+// over channel pairs as the grid's tiles; conv_direct_common.h). On small planes
 // the grid's dropped columns cost the most: 28 of every 224 positions at 14 x 14 (Wp = 16), 15 of
 // 64 at 7 x 7. These tiles run along output channels instead, two vectors of 16 (four for the
 // weight gradient), with each position's x broadcast, so that a row of Wo positions computes
 // nothing it drops where the tile's run of positions divides Wo. The forward's outputs leave
 // channels-last through a 16 x 16 transpose; the weight gradient reads dy transposed the same way.
-// Each forward output is still 0, one FMA per (c, i, j) in order, then + b: the grid's bits.
+// Each forward output is still 0, one FMA per (c, i, j) in order, then + b (bfloat16: one VDPBF16PS
+// per channel pair and tap, then + b, rounded once): the grid's bits.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -25,6 +27,8 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+#include "framework/bfloat16_avx512.h"
 
 namespace ampgrad::kernels::cpu::direct {
 namespace {
@@ -55,6 +59,41 @@ template <int kPos>
           const __m512 xq = _mm512_set1_ps(taps[q]);
           acc[q][0] = _mm512_fmadd_ps(w0, xq, acc[q][0]);
           acc[q][1] = _mm512_fmadd_ps(w1, xq, acc[q][1]);
+        }
+      }
+    }
+  }
+  const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
+#pragma GCC unroll 14
+  for (int q = 0; q < kPos; ++q) {
+    _mm512_store_ps(out + q * kChannelBlock, _mm512_add_ps(acc[q][0], b0));
+    _mm512_store_ps(out + q * kChannelBlock + 16, _mm512_add_ps(acc[q][1], b1));
+  }
+}
+
+// The same over channel pairs: `in` and `wp` hold (c, c + 1) pairs of bfloat16 in 32-bit words, so
+// one VDPBF16PS adds two channels' products (the grid's bfloat16 tile adds the same pairs in the
+// same order, broadcasting w where this broadcasts x: the same bits), rounded once with b added.
+template <int kPos>
+[[AMPGRAD_AVX512_BF16_TARGET, gnu::noinline]] void channel_tile_avx512_bf16(const uint32_t* in, const uint32_t* wp,
+                                                                            const float* bias, const Plan& p,
+                                                                            float* out) {
+  __m512 acc[kPos][2];
+#pragma GCC unroll 14
+  for (int q = 0; q < kPos; ++q) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
+  const int64_t plane = p.padded_h * p.padded_w;
+  for (int64_t c = 0; c < p.words; ++c) {
+    for (int64_t i = 0; i < p.kh; ++i) {
+      const uint32_t* row = in + c * plane + i * p.padded_w;
+      for (int64_t j = 0; j < p.kw; ++j, wp += kChannelBlock) {
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(wp), w1 = (__m512bh)_mm512_loadu_si512(wp + 16);
+        const uint32_t* taps = row + j;
+        asm("" : "+r"(taps));  // as in the float tile
+#pragma GCC unroll 14
+        for (int q = 0; q < kPos; ++q) {
+          const __m512bh xq = (__m512bh)_mm512_set1_epi32(static_cast<int>(taps[q]));
+          acc[q][0] = _mm512_dpbf16_ps(acc[q][0], w0, xq);
+          acc[q][1] = _mm512_dpbf16_ps(acc[q][1], w1, xq);
         }
       }
     }
@@ -105,9 +144,11 @@ template <int kPos>
 }
 
 // buf [count][32] (16 rows past count readable) into y_sample's first `channels` of output
-// channels o0.., at flat positions p0 .. p0 + count - 1 of each channel's plane.
+// channels o0.., at flat positions p0 .. p0 + count - 1 of each channel's plane; bfloat16 rounded
+// as the grid's tiles round.
+template <typename T>
 [[AMPGRAD_AVX512_TARGET]] void write_channels_last(const float* buf, int64_t count, int64_t o0, int64_t channels,
-                                                   int64_t plane, int64_t p0, float* y_sample) {
+                                                   int64_t plane, int64_t p0, T* y_sample) {
   for (int64_t q0 = 0; q0 < count; q0 += 16) {
     const __mmask16 mask = count - q0 >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (count - q0)) - 1);
     for (int64_t half = 0; 16 * half < channels; ++half) {
@@ -116,26 +157,48 @@ template <int kPos>
       for (int k = 0; k < 16; ++k) r[k] = _mm512_load_ps(buf + (q0 + k) * kChannelBlock + 16 * half);
       transpose_16x16(r);
       const int64_t rows = std::min<int64_t>(16, channels - 16 * half);
-      float* dst = y_sample + (o0 + 16 * half) * plane + p0 + q0;
-      for (int64_t k = 0; k < rows; ++k) _mm512_mask_storeu_ps(dst + k * plane, mask, r[k]);
+      T* dst = y_sample + (o0 + 16 * half) * plane + p0 + q0;
+      for (int64_t k = 0; k < rows; ++k) {
+        if constexpr (std::is_same_v<T, float>) {
+          _mm512_mask_storeu_ps(dst + k * plane, mask, r[k]);
+        } else {
+          _mm256_mask_storeu_epi16(dst + k * plane, mask, bf16::round_avx512(r[k]));
+        }
+      }
     }
   }
 }
 
 // Padded rows [row0, row0 + rows) of one sample's channels (row r holds source row r - pad_h) into
-// dst [C][rows][Wp], laid out as pad_samples lays out whole planes.
-void pad_band(const float* src, int64_t row0, int64_t rows, const Plan& p, float* dst) {
-  for (int64_t c = 0; c < p.channels; ++c) {
+// dst [words][rows][Wp], laid out as pad_samples lays out whole planes (bfloat16: channel pairs).
+template <typename T>
+void pad_band(const T* src, int64_t row0, int64_t rows, const Plan& p, Word<T>* dst) {
+  using W = Word<T>;
+  const int64_t hw = p.height * p.width;
+  for (int64_t cw = 0; cw < p.words; ++cw) {
     for (int64_t r = 0; r < rows; ++r) {
-      float* out = dst + (c * rows + r) * p.padded_w;
+      W* out = dst + (cw * rows + r) * p.padded_w;
       const int64_t source_row = row0 + r - p.pad_h;
       if (source_row < 0 || source_row >= p.height) {
-        std::fill(out, out + p.padded_w, 0.0f);
+        std::fill(out, out + p.padded_w, W{});
         continue;
       }
-      std::fill(out, out + p.pad_w, 0.0f);
-      std::memcpy(out + p.pad_w, src + (c * p.height + source_row) * p.width, static_cast<size_t>(p.width) * 4);
-      std::fill(out + p.pad_w + p.width, out + p.padded_w, 0.0f);
+      std::fill(out, out + p.pad_w, W{});
+      if constexpr (std::is_same_v<T, float>) {
+        std::memcpy(out + p.pad_w, src + cw * hw + source_row * p.width, static_cast<size_t>(p.width) * 4);
+      } else {
+        // Two loops without a test per value, so that the compiler vectorises them.
+        const int64_t c = 2 * cw;
+        const T* first = src + c * hw + source_row * p.width;
+        W* row = out + p.pad_w;
+        if (c + 1 < p.channels) {
+          const T* second = first + hw;
+          for (int64_t col = 0; col < p.width; ++col) row[col] = pair_word(first[col].bits, second[col].bits);
+        } else {
+          for (int64_t col = 0; col < p.width; ++col) row[col] = pair_word(first[col].bits, kPadB);
+        }
+      }
+      std::fill(out + p.pad_w + p.width, out + p.padded_w, W{});
     }
   }
 }
@@ -144,27 +207,28 @@ void pad_band(const float* src, int64_t row0, int64_t rows, const Plan& p, float
 // output rows of one sample (about 256 positions): its padded rows are copied into the thread's
 // buffer (where the tiles find them in L2), every block of 32 channels runs over them into the
 // item's output buffer, and that leaves transposed.
-template <int kPos>
-void run_channels(const float* src, const float* w, const float* bias, int64_t batch, Plan p, float* y) {
-  p.words = p.channels;
+template <int kPos, typename T>
+void run_channels(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y) {
+  using W = Word<T>;
+  p.words = (p.channels + channels_per_word<T>() - 1) / channels_per_word<T>();
   p.padded_w = padded_width(p);
-  const std::vector<float> wp = pack_weights<kChannelBlock, float>(w, p);
+  const std::vector<W> wp = pack_weights<kChannelBlock, T>(w, p);
   const int64_t blocks = (p.out_c + kChannelBlock - 1) / kChannelBlock;
   const int64_t block_words = p.words * p.kh * p.kw * kChannelBlock;
   std::vector<float> block_bias(static_cast<size_t>(blocks * kChannelBlock), -0.0f);
-  for (int64_t o = 0; bias != nullptr && o < p.out_c; ++o) block_bias[static_cast<size_t>(o)] = bias[o];
+  for (int64_t o = 0; bias != nullptr && o < p.out_c; ++o) block_bias[static_cast<size_t>(o)] = load(bias[o]);
   const int64_t plane_out = p.out_h * p.out_w, row_tiles = (p.out_w + kPos - 1) / kPos;
   const int64_t band = std::clamp<int64_t>(256 / std::max<int64_t>(p.out_w, 1), 1, std::max<int64_t>(p.out_h, 1));
   const int64_t bands = (p.out_h + band - 1) / band;
   // A band's padded rows, then room for the overrun of the last row's last tile (kPos + kw - 1
   // values), zeros. A shorter last band reads up to pad_w values past its rows into rows left by a
   // taller one (shared padding columns): those start a row, so they are padding zeros too.
-  const int64_t band_values = p.channels * (band + p.kh - 1) * p.padded_w + kPos + p.kw + 16;
+  const int64_t band_values = p.words * (band + p.kh - 1) * p.padded_w + kPos + p.kw + 16;
   // A band's positions (the last tile's overrun stays within row_tiles kPos), and the transpose's
   // 16 rows past them.
   const int64_t buffer_rows = band * row_tiles * kPos + 16;
   parallel_range(batch * bands, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> padded(static_cast<size_t>(band_values), 0.0f);
+    std::vector<W> padded(static_cast<size_t>(band_values), W{});
     std::vector<float> buffer(static_cast<size_t>(buffer_rows * kChannelBlock + 16));
     float* const buf = align_64(buffer.data());
     for (int64_t item = lo; item < hi; ++item) {
@@ -172,15 +236,21 @@ void run_channels(const float* src, const float* w, const float* bias, int64_t b
       Plan in_band = p;
       in_band.padded_h = r1 - r0 + p.kh - 1;
       pad_band(src + s * p.channels * p.height * p.width, r0, in_band.padded_h, p, padded.data());
-      float* y_sample = y + s * p.out_c * plane_out;
+      T* y_sample = y + s * p.out_c * plane_out;
       for (int64_t ob = 0; ob < blocks; ++ob) {
         // Tiles in position order: a row's last tile overruns into the next row's first positions,
         // which their own tile then writes.
         for (int64_t oh = r0; oh < r1; ++oh) {
           for (int64_t t = 0; t < row_tiles; ++t) {
-            channel_tile_avx512<kPos>(padded.data() + (oh - r0) * p.padded_w + t * kPos, wp.data() + ob * block_words,
-                                      block_bias.data() + ob * kChannelBlock, in_band,
-                                      buf + ((oh - r0) * p.out_w + t * kPos) * kChannelBlock);
+            const W* in = padded.data() + (oh - r0) * p.padded_w + t * kPos;
+            const W* block = wp.data() + ob * block_words;
+            const float* block_b = block_bias.data() + ob * kChannelBlock;
+            float* out = buf + ((oh - r0) * p.out_w + t * kPos) * kChannelBlock;
+            if constexpr (std::is_same_v<T, float>) {
+              channel_tile_avx512<kPos>(in, block, block_b, in_band, out);
+            } else {
+              channel_tile_avx512_bf16<kPos>(in, block, block_b, in_band, out);
+            }
           }
         }
         write_channels_last(buf, (r1 - r0) * p.out_w, ob * kChannelBlock,
@@ -354,14 +424,17 @@ bool channel_tiles_pay(Plan p) {
   return channels * (kpos == 14 ? 1.05 : 1.15) < grid;
 }
 
-void convolve_in_channel_tiles(const float* src, const float* w, const float* bias, int64_t batch, const Plan& p,
-                               float* y) {
+template <typename T>
+void convolve_in_channel_tiles(const T* src, const T* w, const T* bias, int64_t batch, const Plan& p, T* y) {
   if (channel_tile_positions(p.out_w) == 7) {
     run_channels<7>(src, w, bias, batch, p, y);
   } else {
     run_channels<14>(src, w, bias, batch, p, y);
   }
 }
+template void convolve_in_channel_tiles(const float*, const float*, const float*, int64_t, const Plan&, float*);
+template void convolve_in_channel_tiles(const BFloat16*, const BFloat16*, const BFloat16*, int64_t, const Plan&,
+                                        BFloat16*);
 
 // Whether the channel weight tiles compute fewer products than the grid's (kO x kK over `len`
 // positions of each sample), with a margin for the transposes and the double totals.

@@ -11,10 +11,11 @@
 //   float32, AVX-512   8 x 32: 16 zmm accumulators;
 //   bfloat16, AVX512_BF16 8 x 32 over channel pairs: the padded copy holds (c, c + 1) pairs in
 //     32-bit words, so VDPBF16PS takes two channels a step (the GEMM's pair kernel's arithmetic).
-// On small planes, where the grid drops many columns (2 of every 16 at 14 x 14), float32 at AVX-512
-// runs channel tiles instead: 32 output channels x a run of one output row's positions, x
-// broadcast, leaving channels-last through a transpose (channel_tiles_pay decides by counting the
-// products each route computes); its weight gradient likewise runs along output channels.
+// On small planes, where the grid drops many columns (2 of every 16 at 14 x 14), the forward (float32
+// at AVX-512, bfloat16 at AVX512_BF16) runs channel tiles instead (conv_direct_channels_cpu.cc): 32 output channels x a run of one output
+// row's positions, x broadcast, leaving channels-last through a transpose (channel_tiles_pay
+// decides by counting the products each route computes); float32's weight gradient likewise runs
+// along output channels.
 // The AVX-512 tiles are compiled for their own targets and run where effective_cpu_isa() allows.
 // Float32: each output is 0, then one FMA per (c, i, j) in order, then + b: the bits of the im2col
 // GEMM route (the GEMM makes the same chain), so the two routes agree exactly. Bfloat16 pairs other
@@ -252,8 +253,8 @@ void run(const T* src, const T* w, const T* bias, int64_t batch, Plan p, T* y, T
 // Stride-1 convolution of src [batch, C, H, W] by w [O, C, kh, kw] with the plan's padding.
 template <typename T>
 void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan& p, T* y) {
+  const DirectConvRoute route = route_for_testing.load();
   if constexpr (std::is_same_v<T, float>) {
-    const DirectConvRoute route = route_for_testing.load();
     if (effective_cpu_isa() >= CpuIsa::kAvx512 && route != DirectConvRoute::kGrid &&
         (route == DirectConvRoute::kChannels || channel_tiles_pay(p))) {
       convolve_in_channel_tiles(src, w, bias, batch, p, y);
@@ -268,6 +269,8 @@ void convolve(const T* src, const T* w, const T* bias, int64_t batch, const Plan
                    tile_avx2(in, wp, b, q, t);
                  });
     }
+  } else if (route != DirectConvRoute::kGrid && (route == DirectConvRoute::kChannels || channel_tiles_pay(p))) {
+    convolve_in_channel_tiles(src, w, bias, batch, p, y);
   } else {
     run<8, 32>(src, w, bias, batch, p, y,
                [](const uint32_t* in, const uint32_t* wp, const float* b, const Plan& q, BFloat16(&t)[8][32]) {

@@ -112,8 +112,8 @@ inline void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
 // grid columns and the positions past the grid pair other x values, the next row's, channel's or
 // sample's, with a dy of 0). All three overwrite their output; dy, w, x and the outputs share one
 // dtype.
-// On small planes float32 at AVX-512 runs each of the three (each decided by its own shape) along
-// output channels instead of grid positions: the forward and dx give the same bits; dw's float
+// On small planes (float32 at AVX-512, bfloat16 at AVX512_BF16) each of the three (each decided by
+// its own shape; dw in float32 only) runs along output channels instead of grid positions: the forward and dx give the same bits; dw's float
 // sums take fewer terms each (about 2048 plus a group of samples' positions) and cover no dropped
 // column, so there a NaN is the reference's.
 // set_direct_conv_budgets_for_testing: lowers the grid route's transients' budgets (padded values
