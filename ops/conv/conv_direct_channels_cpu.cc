@@ -36,14 +36,31 @@ namespace {
 // ---- The forward: kPos positions of one output row x 32 output channels ------------------------
 constexpr int kChannelBlock = 32;
 
+// A channel tile's kPos x 2 accumulators: zeroed, and stored into out[q][r] with the bias added.
+template <int kPos>
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void zero_accumulators(__m512 (&acc)[kPos][2]) {
+#pragma GCC unroll 14
+  for (int q = 0; q < kPos; ++q) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
+}
+
+template <int kPos>
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void store_accumulators(const __m512 (&acc)[kPos][2],
+                                                                          const float* bias, float* out) {
+  const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
+#pragma GCC unroll 14
+  for (int q = 0; q < kPos; ++q) {
+    _mm512_store_ps(out + q * kChannelBlock, _mm512_add_ps(acc[q][0], b0));
+    _mm512_store_ps(out + q * kChannelBlock + 16, _mm512_add_ps(acc[q][1], b1));
+  }
+}
+
 // `in` is the sample's padded copy from the tile's first position (oh Wp + ow0) of its first plane,
 // `wp` the packed block, `bias` its 32 channels' biases; out[q][r] = output channel r at position q.
 template <int kPos>
 [[AMPGRAD_AVX512_TARGET, gnu::noinline]] void channel_tile_avx512(const float* in, const float* wp, const float* bias,
                                                                   const Plan& p, float* out) {
   __m512 acc[kPos][2];
-#pragma GCC unroll 14
-  for (int q = 0; q < kPos; ++q) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
+  zero_accumulators(acc);
   const int64_t plane = p.padded_h * p.padded_w;
   for (int64_t c = 0; c < p.words; ++c) {
     for (int64_t i = 0; i < p.kh; ++i) {
@@ -63,12 +80,7 @@ template <int kPos>
       }
     }
   }
-  const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
-#pragma GCC unroll 14
-  for (int q = 0; q < kPos; ++q) {
-    _mm512_store_ps(out + q * kChannelBlock, _mm512_add_ps(acc[q][0], b0));
-    _mm512_store_ps(out + q * kChannelBlock + 16, _mm512_add_ps(acc[q][1], b1));
-  }
+  store_accumulators(acc, bias, out);
 }
 
 // The same over channel pairs: `in` and `wp` hold (c, c + 1) pairs of bfloat16 in 32-bit words, so
@@ -79,8 +91,7 @@ template <int kPos>
                                                                             const float* bias, const Plan& p,
                                                                             float* out) {
   __m512 acc[kPos][2];
-#pragma GCC unroll 14
-  for (int q = 0; q < kPos; ++q) acc[q][0] = acc[q][1] = _mm512_setzero_ps();
+  zero_accumulators(acc);
   const int64_t plane = p.padded_h * p.padded_w;
   for (int64_t c = 0; c < p.words; ++c) {
     for (int64_t i = 0; i < p.kh; ++i) {
@@ -98,12 +109,7 @@ template <int kPos>
       }
     }
   }
-  const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
-#pragma GCC unroll 14
-  for (int q = 0; q < kPos; ++q) {
-    _mm512_store_ps(out + q * kChannelBlock, _mm512_add_ps(acc[q][0], b0));
-    _mm512_store_ps(out + q * kChannelBlock + 16, _mm512_add_ps(acc[q][1], b1));
-  }
+  store_accumulators(acc, bias, out);
 }
 
 // The low (high) 64-bit halves of each 128-bit lane of a and b, interleaved.
