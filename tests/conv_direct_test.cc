@@ -48,7 +48,7 @@ const Case kCases[] = {
     {1, 4, 7, 7, 33, 3, 3, 1, 1, false},   // 7 x 7 (channel tiles of 7) into 33 channels
     {1, 5, 5, 23, 32, 3, 3, 1, 1, true},   // rows of 23: channel tiles of 14 with a partial one, overrunning rows
     {2, 5, 14, 14, 64, 3, 3, 1, 1, false}, // y and dw pick the channel tiles themselves; 45 taps: a partial tile of 6
-    {6, 1, 14, 14, 256, 3, 3, 1, 1, true}, // dw's channel tiles: 3 groups of 2 samples carry their float sums
+    {6, 1, 14, 14, 256, 3, 3, 1, 1, true}, // dw's channel tiles: groups (float32: 3 of 2 samples) carry float sums
 };
 
 // The routes (float32 at AVX-512, bfloat16 at AVX512_BF16): the grid's tiles along positions, and
@@ -288,6 +288,10 @@ TEST(DirectConv2d, Bfloat16MatchesTheFloat64Reference) {
       k::cpu::direct_conv2d_input_grad(dy, w, g, routed_dx);
       EXPECT_EQ(bits_of(routed_y), bits_of(y));
       EXPECT_EQ(bits_of(routed_dx), bits_of(dx));
+      // dw pairs other terms on each route (neighbouring positions of a row on the channel tiles).
+      Tensor routed_dw = Tensor::empty(w_shape(c), DType::kBFloat16);
+      ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, routed_dw)) << "no NaN from finite inputs";
+      EXPECT_CLOSE(routed_dw, weight_grad_reference(c, x, dy), DType::kBFloat16, {.k = grid_terms(c), .magnitude = 16});
     }
     Tensor dw = Tensor::empty(w_shape(c), DType::kBFloat16);
     ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x, dy, g, dw)) << "no NaN from finite inputs";
@@ -301,6 +305,42 @@ TEST(DirectConv2d, Bfloat16MatchesTheFloat64Reference) {
     ag::ops::sum(yr * dy).backward();
     EXPECT_EQ(xr.grad().to_vector(), dx.to_vector());
     EXPECT_EQ(wr.grad().to_vector(), dw.to_vector());
+  }
+}
+
+// Integer values from -2 to 2: every product and sum is exact in float, so dw on either route, in
+// float32 and bfloat16, must be the float64 reference rounded once, bit for bit (a product paired
+// with the wrong x, even only at an odd row's last position, shows).
+TEST(DirectConv2d, WeightGradientOfIntegersIsExactOnBothRoutes) {
+  std::vector<DType> dtypes{DType::kFloat32};
+  const Tensor probe = Tensor::empty({1, 1, 4, 4}, DType::kBFloat16);
+  if (k::direct_conv2d_applies(probe, Tensor::empty({1, 1, 3, 3}, DType::kBFloat16),
+                               {.kh = 3, .kw = 3, .pad_h = 1, .pad_w = 1, .out_h = 4, .out_w = 4}, 1)) {
+    dtypes.push_back(DType::kBFloat16);
+  }
+  const auto integers = [](const ag::Shape& shape, uint64_t seed) {
+    std::vector<double> v = agt::random_values(static_cast<size_t>(ag::shape_numel(shape)), -1, 1, seed);
+    for (double& e : v) e = std::round(2 * e);
+    return Tensor::from_vector(v, shape, DType::kFloat32);
+  };
+  uint64_t seed = 500;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << "x [" << c.n << ", " << c.c << ", " << c.h << ", " << c.w << "], w [" << c.o
+                                      << ", " << c.c << ", " << c.kh << ", " << c.kw << "]");
+    const k::ConvGeometry g = geometry(c);
+    const Tensor x = integers(x_shape(c), seed++), dy = integers({c.n, c.o, g.out_h, g.out_w}, seed++);
+    const std::vector<double> want = weight_grad_reference(c, x, dy);
+    for (const DType dtype : dtypes) {
+      SCOPED_TRACE(ag::dtype_name(dtype));
+      const std::vector<unsigned char> rounded = bits_of(Tensor::from_vector(want, w_shape(c), dtype));
+      for (const k::cpu::DirectConvRoute route : kRoutes) {
+        SCOPED_TRACE(route_name(route));
+        const ForcedRoute forced(route);
+        Tensor dw = Tensor::empty(w_shape(c), dtype);
+        ASSERT_TRUE(k::cpu::direct_conv2d_weight_grad(x.to(dtype), dy.to(dtype), g, dw)) << "no NaN from finite inputs";
+        EXPECT_EQ(bits_of(dw), rounded);
+      }
+    }
   }
 }
 

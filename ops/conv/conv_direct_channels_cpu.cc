@@ -1,5 +1,5 @@
-// The direct convolution's channel tiles (float32 at AVX-512; bfloat16 at AVX512_BF16 for y and dx,
-// over channel pairs as the grid's tiles; conv_direct_common.h). On small planes
+// The direct convolution's channel tiles (float32 at AVX-512; bfloat16 at AVX512_BF16, over channel
+// pairs as the grid's tiles, and position pairs for dw; conv_direct_common.h). On small planes
 // the grid's dropped columns cost the most: 28 of every 224 positions at 14 x 14 (Wp = 16), 15 of
 // 64 at 7 x 7. These tiles run along output channels instead, two vectors of 16 (four for the
 // weight gradient), with each position's x broadcast, so that a row of Wo positions computes
@@ -272,11 +272,12 @@ int64_t channel_tile_positions(int64_t out_w) {
   return (out_w + 6) / 7 * 7 < (out_w + 13) / 14 * 14 ? 7 : 14;
 }
 
-// ---- The weight gradient in channel tiles (float32, AVX-512) ----------------------------------
+// ---- The weight gradient in channel tiles ------------------------------------------------------
 // dw[o, t] = the sum over samples and output positions pos of dy[o, pos] x[c, pos + tap t], with
-// output channels along the vectors: dy transposed to [positions][O] per sample (dyt) and x
-// broadcast from the padded copy. No dropped column is computed (the grid's tiles compute 28 of
-// every 224 positions for nothing at 14 x 14). A tile of kTaps taps x kVec vectors of channels sums
+// output channels along the vectors: dy transposed to [positions][O] per sample (dyt; bfloat16:
+// [rows][position pairs][O]) and x broadcast from the padded copy. No dropped column is computed
+// (the grid's tiles compute 28 of every 224 positions for nothing at 14 x 14), only, in bfloat16,
+// a position of dy 0 after an odd row. A tile of kTaps taps x kVec vectors of channels sums
 // a group of samples in float (the group's x and dyt stay in L2 while every tile passes over them),
 // keeps its sums in memory between groups, and adds them into the double totals every
 // kFlushPositions positions or more: each float sum has fewer terms than that plus a group's. The
@@ -289,7 +290,7 @@ struct ChannelSpan {
   int64_t dyt_stride;  // from one sample's dyt to the next's
   int64_t x_stride;    // from one sample's padded copy to the next's
   int64_t o_stride;    // dyt's row: the channels, rounded up to a tile's
-  int64_t out_h, out_w, padded_w;
+  int64_t out_h, row_words, padded_w;  // row_words: dyt rows per output row (bfloat16: position pairs)
 };
 
 template <int kVec, int kTaps>
@@ -306,7 +307,7 @@ template <int kVec, int kTaps>
     const float* d = dyt + s * b.dyt_stride;
     for (int64_t oh = 0; oh < b.out_h; ++oh) {
       const int64_t at = s * b.x_stride + oh * b.padded_w;
-      for (int64_t ow = 0; ow < b.out_w; ++ow, d += b.o_stride) {
+      for (int64_t ow = 0; ow < b.row_words; ++ow, d += b.o_stride) {
         __m512 dv[kVec];
 #pragma GCC unroll 4
         for (int v = 0; v < kVec; ++v) dv[v] = _mm512_loadu_ps(d + 16 * v);
@@ -344,25 +345,92 @@ template <int kVec, int kTaps>
   }
 }
 
+// Bfloat16: dyt holds pairs of neighbouring positions of a row, (ow, ow + 1), in 32-bit words (the
+// first in the low half, a missing one past an odd row 0), and x's windows are read two values at a
+// time, the same pair, so one VDPBF16PS adds two positions' products.
 template <int kVec, int kTaps>
-void run_weight_grad_channels(const float* x, const float* dy, int64_t batch, Plan p, double* total) {
+[[AMPGRAD_AVX512_BF16_TARGET, gnu::noinline]] void weight_channel_tile_avx512_bf16(
+    const uint32_t* dyt, const BFloat16* const (&xs)[kTaps], const ChannelSpan& b, float* sums) {
+  __m512 acc[kTaps][kVec];
+#pragma GCC unroll 12
+  for (int t = 0; t < kTaps; ++t) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVec; ++v) acc[t][v] = _mm512_load_ps(sums + (t * kVec + v) * 16);
+  }
+  for (int64_t s = 0; s < b.count; ++s) {
+    const uint32_t* d = dyt + s * b.dyt_stride;
+    for (int64_t oh = 0; oh < b.out_h; ++oh) {
+      const int64_t at = s * b.x_stride + oh * b.padded_w;
+      for (int64_t pair = 0; pair < b.row_words; ++pair, d += b.o_stride) {
+        __m512bh dv[kVec];
+#pragma GCC unroll 4
+        for (int v = 0; v < kVec; ++v) dv[v] = (__m512bh)_mm512_loadu_si512(d + 16 * v);
+#pragma GCC unroll 12
+        for (int t = 0; t < kTaps; ++t) {
+          uint32_t word;
+          std::memcpy(&word, xs[t] + at + 2 * pair, sizeof(word));
+          const __m512bh xt = (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
+#pragma GCC unroll 4
+          for (int v = 0; v < kVec; ++v) acc[t][v] = _mm512_dpbf16_ps(acc[t][v], dv[v], xt);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 12
+  for (int t = 0; t < kTaps; ++t) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVec; ++v) _mm512_store_ps(sums + (t * kVec + v) * 16, acc[t][v]);
+  }
+}
+
+// dyt [out_h][row_words][o_stride] words of one sample from its bfloat16 dy [O][out_h][out_w]: each
+// word two neighbouring positions of a row (channels past O and the position past an odd row: 0).
+[[AMPGRAD_AVX512_TARGET]] void transpose_sample_pairs(const BFloat16* dy, int64_t channels, int64_t out_h,
+                                                      int64_t out_w, int64_t o_stride, uint32_t* dyt) {
+  const int64_t row_words = (out_w + 1) / 2, positions = out_h * out_w;
+  for (int64_t o0 = 0; o0 < o_stride; o0 += 16) {
+    for (int64_t oh = 0; oh < out_h; ++oh) {
+      for (int64_t w0 = 0; w0 < row_words; w0 += 16) {
+        const int64_t words = std::min<int64_t>(16, row_words - w0), values = std::min<int64_t>(32, out_w - 2 * w0);
+        const __mmask32 mask = values == 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << values) - 1);
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; ++k) {
+          r[k] = o0 + k < channels
+                     ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, dy + (o0 + k) * positions + oh * out_w + 2 * w0))
+                     : _mm512_setzero_ps();
+        }
+        transpose_16x16(r);
+        for (int64_t k = 0; k < words; ++k) {
+          _mm512_storeu_ps(reinterpret_cast<float*>(dyt + (oh * row_words + w0 + k) * o_stride + o0), r[k]);
+        }
+      }
+    }
+  }
+}
+
+template <int kVec, int kTaps, typename T>
+void run_weight_grad_channels(const T* x, const T* dy, int64_t batch, Plan p, double* total) {
+  using W = Word<T>;
   constexpr int64_t kBlock = 16 * kVec, kTileFloats = kTaps * kBlock;
   p.padded_h = p.height + 2 * p.pad_h;
   p.padded_w = padded_width(p);
   const int64_t plane = p.padded_h * p.padded_w, per_sample = p.channels * plane;
   const int64_t positions = p.out_h * p.out_w, o_stride = (p.out_c + kBlock - 1) / kBlock * kBlock;
-  const int64_t dyt_per_sample = positions * o_stride, taps = p.channels * p.kh * p.kw;
+  const int64_t row_words = (p.out_w + channels_per_word<T>() - 1) / channels_per_word<T>();
+  const int64_t dyt_per_sample = p.out_h * row_words * o_stride, taps = p.channels * p.kh * p.kw;
   // A group of samples whose padded x and dyt fit in kWindowBudget: written just before the tiles
   // read them, they stay in L2 (a whole batch's copies, written first, went out to memory: the
   // transposes then cost twice their time).
-  const int64_t group =
-      std::clamp<int64_t>(kWindowBudget / ((per_sample + dyt_per_sample) * 4), 1, std::max<int64_t>(batch, 1));
-  // The last position's last tap reads up to pad_w past the last plane (rows share padding columns).
+  const int64_t sample_bytes = per_sample * static_cast<int64_t>(sizeof(T)) + dyt_per_sample * 4;
+  const int64_t group = std::clamp<int64_t>(kWindowBudget / sample_bytes, 1, std::max<int64_t>(batch, 1));
+  // The last position's last tap reads up to pad_w past the last plane (rows share padding columns),
+  // one more where an odd row's last bfloat16 pair reads past it.
   const int64_t slack = p.pad_w + 16;
-  Tensor padded_block = Tensor::empty({group * per_sample + slack}, DType::kFloat32, Device::kCPU);
+  Tensor padded_block = Tensor::empty({group * per_sample + slack}, kDTypeOf<T>, Device::kCPU);
   Tensor dyt_block = Tensor::empty({group * dyt_per_sample}, DType::kFloat32, Device::kCPU);
-  float* const padded = padded_block.data<float>();
-  float* const dyt = dyt_block.data<float>();
+  T* const padded = padded_block.data<T>();
+  W* const dyt = static_cast<W*>(dyt_block.data_ptr());
   std::vector<int64_t> offset(static_cast<size_t>(taps));
   for (int64_t t = 0; t < taps; ++t) {
     offset[static_cast<size_t>(t)] = (t / (p.kh * p.kw)) * plane + ((t / p.kw) % p.kh) * p.padded_w + t % p.kw;
@@ -389,20 +457,29 @@ void run_weight_grad_channels(const float* x, const float* dy, int64_t batch, Pl
   for (int64_t g0 = 0; g0 < batch; g0 += group) {
     const int64_t n = std::min(group, batch - g0);
     pad_samples<false>(x, g0, n, p, padded);
-    std::fill(padded + n * per_sample, padded + n * per_sample + slack, 0.0f);
+    std::fill(padded + n * per_sample, padded + n * per_sample + slack, T{});
     parallel_range(n, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t s = lo; s < hi; ++s) {
-        transpose_sample(dy + (g0 + s) * p.out_c * positions, p.out_c, positions, o_stride, dyt + s * dyt_per_sample);
+        const T* sample_dy = dy + (g0 + s) * p.out_c * positions;
+        if constexpr (std::is_same_v<T, float>) {
+          transpose_sample(sample_dy, p.out_c, positions, o_stride, dyt + s * dyt_per_sample);
+        } else {
+          transpose_sample_pairs(sample_dy, p.out_c, p.out_h, p.out_w, o_stride, dyt + s * dyt_per_sample);
+        }
       }
     });
     const ChannelSpan span{.count = n, .dyt_stride = dyt_per_sample, .x_stride = per_sample, .o_stride = o_stride,
-                           .out_h = p.out_h, .out_w = p.out_w, .padded_w = p.padded_w};
+                           .out_h = p.out_h, .row_words = row_words, .padded_w = p.padded_w};
     parallel_range(items, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t item = lo; item < hi; ++item) {
         const int64_t o0 = (item / k_tiles) * kBlock, t0 = (item % k_tiles) * kTaps;
-        const float* windows[kTaps];
+        const T* windows[kTaps];
         for (int t = 0; t < kTaps; ++t) windows[t] = padded + (t0 + t < taps ? offset[static_cast<size_t>(t0 + t)] : 0);
-        weight_channel_tile_avx512<kVec, kTaps>(dyt + o0, windows, span, sums + item * kTileFloats);
+        if constexpr (std::is_same_v<T, float>) {
+          weight_channel_tile_avx512<kVec, kTaps>(dyt + o0, windows, span, sums + item * kTileFloats);
+        } else {
+          weight_channel_tile_avx512_bf16<kVec, kTaps>(dyt + o0, windows, span, sums + item * kTileFloats);
+        }
       }
     });
     unflushed += n * positions;
@@ -457,13 +534,16 @@ bool channel_weight_tiles_pay(Plan p) {
   return channel_work * 1.05 < grid_work;
 }
 
-void weight_grad_in_channel_tiles(const float* x, const float* dy, int64_t batch, const Plan& p, double* total) {
+template <typename T>
+void weight_grad_in_channel_tiles(const T* x, const T* dy, int64_t batch, const Plan& p, double* total) {
   if (p.out_c > 32) {
     run_weight_grad_channels<4, 6>(x, dy, batch, p, total);
   } else {
     run_weight_grad_channels<2, 12>(x, dy, batch, p, total);
   }
 }
+template void weight_grad_in_channel_tiles(const float*, const float*, int64_t, const Plan&, double*);
+template void weight_grad_in_channel_tiles(const BFloat16*, const BFloat16*, int64_t, const Plan&, double*);
 
 }  // namespace ampgrad::kernels::cpu::direct
 #endif

@@ -117,16 +117,17 @@ inline float* align_64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
 }
 
-// ---- The channel tiles (conv_direct_channels_cpu.cc; float32 at AVX-512, and bfloat16 at
-// AVX512_BF16 for y and dx) ---------------------------------------------------------------------
+// ---- The channel tiles (conv_direct_channels_cpu.cc; float32 at AVX-512, bfloat16 at
+// AVX512_BF16) ----------------------------------------------------------------------------------
 // Whether they compute enough fewer products than the grid's tiles to pay for their transposes.
 bool channel_tiles_pay(Plan p);
 bool channel_weight_tiles_pay(Plan p);
-// y = conv(src, w) + b as the grid's tiles give it (float or BFloat16); dw's sums into total
-// (zeros on entry).
+// y = conv(src, w) + b as the grid's tiles give it; dw's sums into total (zeros on entry). T is
+// float or BFloat16.
 template <typename T>
 void convolve_in_channel_tiles(const T* src, const T* w, const T* bias, int64_t batch, const Plan& p, T* y);
-void weight_grad_in_channel_tiles(const float* x, const float* dy, int64_t batch, const Plan& p, double* total);
+template <typename T>
+void weight_grad_in_channel_tiles(const T* x, const T* dy, int64_t batch, const Plan& p, double* total);
 
 }  // namespace ampgrad::kernels::cpu::direct
 #endif

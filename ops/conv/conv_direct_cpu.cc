@@ -11,11 +11,11 @@
 //   float32, AVX-512   8 x 32: 16 zmm accumulators;
 //   bfloat16, AVX512_BF16 8 x 32 over channel pairs: the padded copy holds (c, c + 1) pairs in
 //     32-bit words, so VDPBF16PS takes two channels a step (the GEMM's pair kernel's arithmetic).
-// On small planes, where the grid drops many columns (2 of every 16 at 14 x 14), the forward (float32
-// at AVX-512, bfloat16 at AVX512_BF16) runs channel tiles instead (conv_direct_channels_cpu.cc): 32 output channels x a run of one output
-// row's positions, x broadcast, leaving channels-last through a transpose (channel_tiles_pay
-// decides by counting the products each route computes); float32's weight gradient likewise runs
-// along output channels.
+// On small planes, where the grid drops many columns (2 of every 16 at 14 x 14), the forward
+// (float32 at AVX-512, bfloat16 at AVX512_BF16) runs channel tiles instead
+// (conv_direct_channels_cpu.cc): 32 output channels x a run of one output row's positions, x
+// broadcast, leaving channels-last through a transpose (channel_tiles_pay decides by counting the
+// products each route computes); the weight gradient likewise runs along output channels.
 // The AVX-512 tiles are compiled for their own targets and run where effective_cpu_isa() allows.
 // Float32: each output is 0, then one FMA per (c, i, j) in order, then + b: the bits of the im2col
 // GEMM route (the GEMM makes the same chain), so the two routes agree exactly. Bfloat16 pairs other
@@ -493,8 +493,8 @@ void run_weight_grad(const T* x, const T* dy, int64_t batch, Plan p, double* tot
 
 template <typename T>
 void weight_grad(const T* x, const T* dy, int64_t batch, const Plan& p, double* total) {
+  const DirectConvRoute route = route_for_testing.load();
   if constexpr (std::is_same_v<T, float>) {
-    const DirectConvRoute route = route_for_testing.load();
     if (effective_cpu_isa() >= CpuIsa::kAvx512 && route != DirectConvRoute::kGrid &&
         (route == DirectConvRoute::kChannels || channel_weight_tiles_pay(p))) {
       weight_grad_in_channel_tiles(x, dy, batch, p, total);
@@ -509,6 +509,8 @@ void weight_grad(const T* x, const T* dy, int64_t batch, const Plan& p, double* 
         weight_tile_avx2<2, 5>(d, w, b, sums);
       });
     }
+  } else if (route != DirectConvRoute::kGrid && (route == DirectConvRoute::kChannels || channel_weight_tiles_pay(p))) {
+    weight_grad_in_channel_tiles(x, dy, batch, p, total);
   } else {
     run_weight_grad<4, 6, 16>(x, dy, batch, p, total, [](const BFloat16* const(&d)[4], const BFloat16* const(&w)[6],
                                                          const Block& b, float* sums) {

@@ -113,9 +113,12 @@ inline void channels_from_samples(const Tensor& y, int64_t n0, Tensor& ct) {
 // sample's, with a dy of 0). All three overwrite their output; dy, w, x and the outputs share one
 // dtype.
 // On small planes (float32 at AVX-512, bfloat16 at AVX512_BF16) each of the three (each decided by
-// its own shape; dw in float32 only) runs along output channels instead of grid positions: the forward and dx give the same bits; dw's float
-// sums take fewer terms each (about 2048 plus a group of samples' positions) and cover no dropped
-// column, so there a NaN is the reference's.
+// its own shape) runs along output channels instead of grid positions: the forward and dx give the
+// same bits; dw's float sums take fewer terms each (about 2048 plus a group of samples' positions)
+// and cover no dropped column, so there a NaN is the reference's (in float32; bfloat16 pairs the
+// last position of an odd row with the value after it in x, times a dy of 0: where rows share
+// padding columns that can be the next row's first value, and an infinity there makes a NaN the
+// reference lacks, so dw takes the im2col route).
 // set_direct_conv_budgets_for_testing: lowers the grid route's transients' budgets (padded values
 // per chunk of samples, partial-sum floats per band of channels; 0 restores the default) so that
 // tests run the chunk and band loops more than once.
