@@ -17,17 +17,6 @@
 #include "ops/conv/conv_direct_common.h"
 
 #ifdef AMPGRAD_DIRECT_CONV
-// GCC 12 warns, wrongly, that the shuffles' _mm512_undefined_* values may be used uninitialized
-// (GCC bug 105593, attributed to the header): silenced around the include, as in bfloat16.cc.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include "framework/bfloat16_avx512.h"
 
 namespace ampgrad::kernels::cpu::direct {
@@ -298,11 +287,7 @@ template <int kVec, int kTaps>
                                                                          const float* const (&xs)[kTaps],
                                                                          const ChannelSpan& b, float* sums) {
   __m512 acc[kTaps][kVec];
-#pragma GCC unroll 12
-  for (int t = 0; t < kTaps; ++t) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kVec; ++v) acc[t][v] = _mm512_load_ps(sums + (t * kVec + v) * 16);
-  }
+  load_partials(acc, sums);
   for (int64_t s = 0; s < b.count; ++s) {
     const float* d = dyt + s * b.dyt_stride;
     for (int64_t oh = 0; oh < b.out_h; ++oh) {
@@ -320,11 +305,7 @@ template <int kVec, int kTaps>
       }
     }
   }
-#pragma GCC unroll 12
-  for (int t = 0; t < kTaps; ++t) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kVec; ++v) _mm512_store_ps(sums + (t * kVec + v) * 16, acc[t][v]);
-  }
+  store_partials(acc, sums);
 }
 
 // dyt [positions][o_stride] of one sample from its dy [O][positions] (channels past O: zeros).
@@ -352,11 +333,7 @@ template <int kVec, int kTaps>
 [[AMPGRAD_AVX512_BF16_TARGET, gnu::noinline]] void weight_channel_tile_avx512_bf16(
     const uint32_t* dyt, const BFloat16* const (&xs)[kTaps], const ChannelSpan& b, float* sums) {
   __m512 acc[kTaps][kVec];
-#pragma GCC unroll 12
-  for (int t = 0; t < kTaps; ++t) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kVec; ++v) acc[t][v] = _mm512_load_ps(sums + (t * kVec + v) * 16);
-  }
+  load_partials(acc, sums);
   for (int64_t s = 0; s < b.count; ++s) {
     const uint32_t* d = dyt + s * b.dyt_stride;
     for (int64_t oh = 0; oh < b.out_h; ++oh) {
@@ -376,11 +353,7 @@ template <int kVec, int kTaps>
       }
     }
   }
-#pragma GCC unroll 12
-  for (int t = 0; t < kTaps; ++t) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kVec; ++v) _mm512_store_ps(sums + (t * kVec + v) * 16, acc[t][v]);
-  }
+  store_partials(acc, sums);
 }
 
 // dyt [out_h][row_words][o_stride] words of one sample from its bfloat16 dy [O][out_h][out_w]: each

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "framework/bfloat16.h"
+#include "framework/cpu_features.h"
 #include "framework/parallel.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
@@ -17,6 +18,18 @@
 #endif
 
 #ifdef AMPGRAD_DIRECT_CONV
+// GCC 12 warns, wrongly, that the AVX-512 shuffles' _mm512_undefined_* values may be used
+// uninitialized (GCC bug 105593, attributed to the header): silenced around the include, as in
+// bfloat16.cc.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 namespace ampgrad::kernels::cpu::direct {
 
 // The weight gradient's windows of one block of positions (the grid) or one group of samples (the
@@ -115,6 +128,26 @@ void pad_samples(const T* src, int64_t n0, int64_t n, const Plan& p, Out* padded
 // p rounded up to a 64-byte boundary (a buffer allocated 16 floats longer holds what follows).
 inline float* align_64(float* p) {
   return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+}
+
+// An AVX-512 weight tile's kO x kK vectors of partial sums, from and back to memory (the grid's
+// tiles and the channel tiles, float32 and bfloat16 alike).
+template <int kO, int kK>
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void load_partials(__m512 (&acc)[kO][kK], const float* sums) {
+#pragma GCC unroll 12
+  for (int r = 0; r < kO; ++r) {
+#pragma GCC unroll 8
+    for (int k = 0; k < kK; ++k) acc[r][k] = _mm512_load_ps(sums + (r * kK + k) * 16);
+  }
+}
+
+template <int kO, int kK>
+[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void store_partials(const __m512 (&acc)[kO][kK], float* sums) {
+#pragma GCC unroll 12
+  for (int r = 0; r < kO; ++r) {
+#pragma GCC unroll 8
+    for (int k = 0; k < kK; ++k) _mm512_store_ps(sums + (r * kK + k) * 16, acc[r][k]);
+  }
 }
 
 // ---- The channel tiles (conv_direct_channels_cpu.cc; float32 at AVX-512, bfloat16 at

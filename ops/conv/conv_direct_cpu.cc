@@ -36,8 +36,6 @@
 #include "ops/conv/conv_kernels.h"
 
 #ifdef AMPGRAD_DIRECT_CONV
-#include <immintrin.h>
-
 #include "framework/bfloat16_avx512.h"
 #endif
 
@@ -324,25 +322,6 @@ template <int kO, int kK>
   for (int r = 0; r < kO; ++r) {
 #pragma GCC unroll 8
     for (int k = 0; k < kK; ++k) _mm256_store_ps(sums + (r * kK + k) * 8, acc[r][k]);
-  }
-}
-
-// An AVX-512 weight tile's kO x kK vectors of partial sums, from and back to memory (both tiles).
-template <int kO, int kK>
-[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void load_partials(__m512 (&acc)[kO][kK], const float* sums) {
-#pragma GCC unroll 8
-  for (int r = 0; r < kO; ++r) {
-#pragma GCC unroll 8
-    for (int k = 0; k < kK; ++k) acc[r][k] = _mm512_load_ps(sums + (r * kK + k) * 16);
-  }
-}
-
-template <int kO, int kK>
-[[AMPGRAD_AVX512_TARGET, gnu::always_inline]] inline void store_partials(const __m512 (&acc)[kO][kK], float* sums) {
-#pragma GCC unroll 8
-  for (int r = 0; r < kO; ++r) {
-#pragma GCC unroll 8
-    for (int k = 0; k < kK; ++k) _mm512_store_ps(sums + (r * kK + k) * 16, acc[r][k]);
   }
 }
 
