@@ -20,8 +20,9 @@ the mean over N steps (default 10; seed 200, gpt4x128 50, gpt6x384 20, as cuda_b
 warm-up steps, synchronised at both ends, as cuda_bench's time_per_call does; for seed and mlp
 then the phases (zero_grad + forward + loss, backward, unscale + step + update), each timed alone
 over 10 more steps, as cuda_bench's. PyTorch's scaled_dot_product_attention picks its fused
-kernels (flash or memory-efficient attention); --sdpa-math makes it compute attention as ampgrad
-does (matmul, softmax, matmul). Standard library + torch only.
+kernels (flash or memory-efficient attention), as ampgrad's does in FP16 and BF16; --sdpa-math
+makes it compute attention as ampgrad's FP32 path on CUDA does (matmul, softmax, matmul). Standard
+library + torch only.
 """
 import contextlib
 import os

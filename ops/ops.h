@@ -131,8 +131,9 @@ Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal = false)
 
 /// Which implementation scaled_dot_product_attention and self_attention use (PyTorch's SDPBackend).
 enum class AttentionBackend : uint8_t {
-  kAuto,      ///< fused where it applies: CPU; float32, float16 or bfloat16 (one dtype for q, k, v
-              ///< after autocast); the same batch dimensions (no broadcast); no empty input
+  kAuto,      ///< fused where it applies: one dtype for q, k, v after autocast (CPU: float32,
+              ///< float16 or bfloat16; CUDA: float16 or bfloat16, head sizes up to 128, at most 65535
+              ///< batch entries B x H); the same batch dimensions (no broadcast); no empty input
   kFused,     ///< fused, or an Error saying why it does not apply
   kComposed,  ///< matmul and softmax, recorded op by op (the reference the fused kernel is tested against)
 };
