@@ -1,7 +1,8 @@
 // DistributedDataParallel as an MPI job (2 and 4 ranks): N ranks with batch B against one process
 // with batch N*B (FP32, FP16 autocast, FP16 parameters), replicas bit-identical after every step,
 // an inf on one rank making every rank skip and back off, gradient accumulation under no_sync(),
-// bucketing and overlap not changing a bit, errors on every rank, and bit-exact resume.
+// bucketing and overlap not changing a bit, activation checkpointing not changing a bit, errors on
+// every rank, and bit-exact resume.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,6 +34,7 @@
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "test_util.h"
+#include "utils/activation_checkpoint.h"
 
 namespace ag = ampgrad;
 namespace dist = ampgrad::distributed;
@@ -56,6 +58,24 @@ struct Config {
   std::function<void(int step, ag::nn::Module& model)> after_backward = nullptr;
   // Called on each micro-batch's inputs before the forward.
   std::function<void(int step, int micro, Tensor& x)> on_input = nullptr;
+  bool checkpoint = false;  // the middle Linear + ReLU under utils::checkpoint (CheckpointedMlp)
+};
+
+// make_mlp's layers with the middle Linear + ReLU run under utils::checkpoint, as the GPT example
+// runs its blocks: their parameters' gradients come from the recomputation in the backward and
+// must still reach DDP's hooks once each. The parameters are the MLP's, in the same order.
+class CheckpointedMlp : public ag::nn::Module {
+ public:
+  explicit CheckpointedMlp(const ag::nn::Sequential& mlp) : mlp_(register_module("mlp", mlp)) {}
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = mlp_[1](mlp_[0](x));
+    const Tensor middle =
+        ag::utils::checkpoint([this](const std::vector<Tensor>& in) { return mlp_[3](mlp_[2](in[0])); }, {h});
+    return mlp_[4](middle);
+  }
+
+ private:
+  ag::nn::Sequential mlp_;
 };
 
 struct Result {
@@ -67,11 +87,16 @@ struct Result {
   // Every weight's FP8 scales and closed amax histories at the end (history[0], the last step's
   // own, is reduced at the next forward).
   std::vector<float> float8_states;
+  int64_t middle_forwards = 0;  // runs of the middle Linear (twice a micro-batch when checkpointed)
 };
 
 Result train(const Data& data, const Config& c) {
   const int n = world().size(), r = world().rank();
-  ag::nn::Sequential model = make_mlp(c.distributed ? c.init_seed + r : c.init_seed);
+  ag::nn::Sequential mlp = make_mlp(c.distributed ? c.init_seed + r : c.init_seed);
+  std::optional<CheckpointedMlp> checkpointed;
+  ag::nn::Module& model = c.checkpoint ? checkpointed.emplace(mlp) : static_cast<ag::nn::Module&>(mlp);
+  Result result;
+  mlp[2].register_forward_hook([&result](ag::nn::Module&, const Tensor&, const Tensor&) { ++result.middle_forwards; });
   if (c.precision == Precision::kFloat16Parameters) model.to(DType::kFloat16);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   if (c.distributed) ddp = std::make_unique<dist::DistributedDataParallel>(model, world(), c.ddp);
@@ -84,7 +109,6 @@ Result train(const Data& data, const Config& c) {
   std::optional<LocalFoundInf> local;
   if (!c.distributed) local.emplace();
 
-  Result result;
   const int64_t rows = c.distributed ? c.batch : c.batch * n;
   const int64_t micro = rows / c.accumulate;
   for (int step = 0; step < c.steps; ++step) {
@@ -349,6 +373,33 @@ TEST(DataParallelFloat8, AmaxesAreReducedSoEveryRankScalesAlike) {
       ASSERT_EQ(run.float8_states.size(), 3u * 3u * 4u);  // three linears' weights, 3 states of 1 + 3 values
       EXPECT_EQ(same_on_every_rank(run.float8_states), reduce);
     }
+  }
+}
+
+// ---- Activation checkpointing ------------------------------------------------------------------
+
+// The middle layer's parameters get their gradients from checkpoint's recomputation, late in the
+// backward and in another order; DDP must still reduce each once, and the result must be the run
+// without checkpointing, bit for bit (FP16 autocast: with GradScaler's unscale, step and update).
+TEST(DataParallelCheckpointing, CheckpointedLayersTrainToTheSameBitsAsWithout) {
+  for (Precision precision : {Precision::kFloat32, Precision::kAutocast}) {
+    Config c{.precision = precision, .steps = 20};
+    const Result plain = train(shared_data(), c);
+    c.checkpoint = true;
+    const Result checkpointed = train(shared_data(), c);
+    EXPECT_EQ(plain.middle_forwards, 20);
+    EXPECT_EQ(checkpointed.middle_forwards, 40);  // the recomputation ran
+    EXPECT_TRUE(checkpointed.replicas_always_identical);
+    EXPECT_EQ(checkpointed.stats.syncs, 20);
+    EXPECT_EQ(count(checkpointed.stepped, false), 0);
+    EXPECT_TRUE(checkpointed.params == plain.params) << "checkpointing changed the trained parameters";
+    // Under no_sync() too: the checkpointed micro-batches' gradients accumulate, then reduce once.
+    c.accumulate = 2;
+    c.batch = 16;
+    const Result accumulated = train(shared_data(), c);
+    c.checkpoint = false;
+    EXPECT_TRUE(accumulated.params == train(shared_data(), c).params) << "checkpointing changed the accumulated run";
+    EXPECT_EQ(accumulated.stats.syncs, 20);
   }
 }
 
