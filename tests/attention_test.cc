@@ -62,6 +62,7 @@ TEST(FusedAttention, LargeScoresAreAsAccurateAsTheComposedPath) {
 TEST(FusedAttention, KeepsNothingOfSizeTByTForTheBackward) {
   EXPECT_TRUE(ag::test::fused_attention_keeps_no_scores(ag::Device::kCPU, DType::kFloat32));
   EXPECT_TRUE(ag::test::fused_attention_keeps_no_scores(ag::Device::kCPU, DType::kBFloat16));
+  EXPECT_TRUE(ag::test::fused_attention_keeps_no_scores(ag::Device::kCPU, DType::kFloat16));
 }
 
 TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {

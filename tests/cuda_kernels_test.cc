@@ -575,9 +575,11 @@ TEST(CudaKernels, FusedAttentionMatchesFloat64AtLeastAsWellAsTheComposedPath) {
   for (const agt::AttentionCase& c : agt::attention_cases()) {
     EXPECT_TRUE(agt::fused_attention_as_accurate_as_composed(Device::kCUDA, c, {DType::kBFloat16, DType::kFloat16}));
   }
+  // At scores near 600 the composed path rounds the scores to 16 bits before its softmax; the fused
+  // kernel's are float32 from the tensor cores: at least 10x more accurate, as on the CPU.
   EXPECT_TRUE(agt::fused_attention_as_accurate_as_composed(
       Device::kCUDA, {.batch = 1, .heads = 2, .tq = 64, .tk = 64, .d = 16, .dv = 16, .causal = true},
-      {DType::kBFloat16, DType::kFloat16}, /*magnitude=*/24.0));
+      {DType::kBFloat16, DType::kFloat16}, /*magnitude=*/24.0, /*ratio=*/0.1));
 }
 
 TEST(CudaKernels, FusedAttentionKeepsNoScoresAndFallsBackWhereItDoesNotApply) {
