@@ -839,10 +839,17 @@ TEST(CudaKernels, Float8GemmGivesTheFloatGemmOfItsValues) {
           Tensor want = Tensor::empty({m, n}, DType::kFloat32);
           Tensor got = Tensor::empty({m, n}, DType::kFloat32, Device::kCUDA);
           ag::kernels::cpu::gemm(a.to(DType::kFloat32), ta, b.to(DType::kFloat32), tb, Tensor(), want);
+          const int64_t before = ag::kernels::cuda::float8_tensor_core_gemms_for_testing();
           ag::kernels::gemm(a.to(Device::kCUDA), ta, b.to(Device::kCUDA), tb, Tensor(), got);
           EXPECT_EQ(got.to_vector(), want.to_vector()) << m << "x" << n << "x" << k << " ta " << at << " tb " << bt
                                                        << " " << ag::dtype_name(a_format) << " x "
                                                        << ag::dtype_name(b_format);
+          // On FP8 tensor cores exactly where the shape allows (the fallback proved nothing about them).
+          if (ag::kernels::cuda::has_float8_tensor_cores()) {
+            EXPECT_EQ(ag::kernels::cuda::float8_tensor_core_gemms_for_testing() - before,
+                      m % 16 == 0 && n % 16 == 0 && k % 16 == 0 ? 1 : 0)
+                << m << "x" << n << "x" << k << " ta " << at << " tb " << bt;
+          }
         }
       }
     }
@@ -907,7 +914,11 @@ TEST(CudaKernels, Float8LinearMatchesTheCpuOverSteps) {
       const Tensor x = random_tensor({2, 24, 64}, DType::kFloat32, 90 + step) * static_cast<float>(1 + 3 * step);
       const Tensor g = (random_tensor({2, 24, 32}, DType::kFloat32, 95 + step) * 1e-3f).to(DType::kBFloat16);
       cpu.run(x, g, recipe);
+      const int64_t before = ag::kernels::cuda::float8_tensor_core_gemms_for_testing();
       gpu.run(x, g, recipe);
+      if (ag::kernels::cuda::has_float8_tensor_cores()) {  // y, dx and dw
+        EXPECT_EQ(ag::kernels::cuda::float8_tensor_core_gemms_for_testing() - before, 3);
+      }
       const ag::amp::Float8LinearState* cs = ag::amp::float8_state(cpu.w);
       const ag::amp::Float8LinearState* gs = ag::amp::float8_state(gpu.w);
       ASSERT_NE(gs, nullptr);
@@ -955,6 +966,7 @@ TEST(CudaKernels, Float8Conv2dMatchesTheCpu) {
       const Tensor x = random_tensor({4, 16, 8, 8}, DType::kFloat32, 72 + step) * static_cast<float>(1 + 3 * step);
       const Tensor g = (random_tensor({4, 16, 8, 8}, DType::kFloat32, 75 + step) * 1e-3f).to(DType::kBFloat16);
       Tensor xs[2], ys[2];
+      const int64_t before = ag::kernels::cuda::float8_tensor_core_gemms_for_testing();
       for (int d = 0; d < 2; ++d) {
         const Device device = d == 0 ? Device::kCPU : Device::kCUDA;
         xs[d] = x.to(device);
@@ -965,6 +977,14 @@ TEST(CudaKernels, Float8Conv2dMatchesTheCpu) {
           ys[d] = ag::ops::conv2d(xs[d], w[d], b[d], options);
         }
         ys[d].backward(g.to(device));
+      }
+      if (ag::kernels::cuda::has_float8_tensor_cores()) {  // y, dx and dw per chunk, ungrouped
+        const int64_t ran = ag::kernels::cuda::float8_tensor_core_gemms_for_testing() - before;
+        if (groups == 1) {
+          EXPECT_GE(ran, 3);
+        } else {
+          EXPECT_EQ(ran, 0);
+        }
       }
       const ag::amp::Float8LinearState* cs = ag::amp::float8_state(w[0]);
       const ag::amp::Float8LinearState* gs = ag::amp::float8_state(w[1]);

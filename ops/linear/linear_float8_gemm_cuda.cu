@@ -12,6 +12,7 @@
 // place of x and w). An operand in the other layout, from any other caller of gemm with FP8
 // operands (the kernel contract stays gemm's: any op(a), op(b)), is made K-contiguous here by a
 // byte transpose: one more pass of one byte an element, little beside the GEMM's 2 m n k operations.
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -67,8 +68,12 @@ Tensor transposed(const Tensor& t) {
   return out;
 }
 
-// Whether the current GPU has FP8 tensor cores (Ada, compute capability 8.9, and newer); says once
-// on stderr when it does not.
+// FP8 GEMMs run on cuBLASLt's FP8 matmul, process-wide (float8_tensor_core_gemms_for_testing).
+std::atomic<int64_t> tensor_core_gemms{0};
+
+}  // namespace
+
+// Says once on stderr when the GPU has none.
 bool has_float8_tensor_cores() {
   int device = 0;
   AG_CUDA_CHECK(cudaGetDevice(&device));
@@ -90,6 +95,10 @@ bool has_float8_tensor_cores() {
   });
   return false;
 }
+
+int64_t float8_tensor_core_gemms_for_testing() { return tensor_core_gemms.load(); }
+
+namespace {
 
 // What cuBLASLt's FP8 matmul accepts (its documented requirements): single 2-D products, not two
 // E5M2 operands, 16-byte aligned pointers and dimensions that are multiples of 16 (so every
@@ -180,6 +189,7 @@ bool lt_matmul(const Tensor& a, const Tensor& b, Tensor& out, int64_t m, int64_t
                               out.data_ptr(), d.result, out.data_ptr(), d.result, &*pick->second,
                               workspace.data_ptr(), kWorkspaceBytes, cudaStreamLegacy));
   AG_CUDA_CHECK_LAUNCH("cuBLASLt FP8 GEMM");
+  tensor_core_gemms.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -49,6 +49,11 @@ void descale(const Tensor& products, double alpha, const Tensor& bias, Tensor& o
 /// FP32 accumulation either way. cuda::gemm hands FP8 operands here.
 void gemm_float8(const Tensor& a, Transpose trans_a, const Tensor& b, Transpose trans_b, const Tensor& bias,
                  Tensor& out);
+/// Whether the current GPU has FP8 tensor cores (Ada, compute capability 8.9, and newer).
+bool has_float8_tensor_cores();
+/// For tests, process-wide: how many of gemm_float8's products ran on cuBLASLt's FP8 matmul (not
+/// the bfloat16 fallback).
+int64_t float8_tensor_core_gemms_for_testing();
 }  // namespace cuda
 
 inline float amax(const Tensor& src) { return AG_ON_BACKEND(src.device(), amax, src); }
