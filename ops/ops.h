@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <vector>
 
 #include "framework/tensor.h"
@@ -115,19 +116,23 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 /// Rows of weight [V, C] picked by int64 ids [...] -> [..., C]; an id outside [0, V) is an Error.
 /// Autocast: none (the weight's dtype).
 Tensor embedding(const Tensor& ids, const Tensor& weight);
-/// softmax(q k^T / sqrt(D)) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (batch dimensions
-/// broadcast), causally masked when is_causal (top-left aligned). Autocast: lower precision.
+/// softmax(q k^T scale) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (batch dimensions
+/// broadcast), causally masked when is_causal (top-left aligned); scale is 1 / sqrt(D) when unset
+/// (PyTorch's scale=None) and must be finite. Autocast: lower precision.
 /// Where it applies (see AttentionBackend) a fused kernel runs: the FlashAttention-2 algorithm,
 /// float32 accumulation and softmax, nothing of size Tq x Tk kept for the backward. Elsewhere it
 /// is composed from matmul and softmax (float32), as PyTorch's math path.
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false);
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 /// Multi-head self-attention over a fused qkv projection: qkv [B, T, 3C] holds q, k and v side by
 /// side, each C = n_head x D wide with its heads in order; returns [B, T, C], the heads merged.
 /// The values and gradients of splitting qkv, reshaping each part to [B, T, H, D], transposing it
 /// to [B, H, T, D], scaled_dot_product_attention, and transposing and reshaping back, without those
 /// copies: where the fused kernel applies it reads q, k, v where they lie in qkv and writes the
 /// output (and the backward qkv's gradient) in place; elsewhere it runs exactly that composition.
-Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal = false);
+/// scale as scaled_dot_product_attention's.
+Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal = false,
+                      std::optional<double> scale = std::nullopt);
 
 /// Which implementation scaled_dot_product_attention and self_attention use (PyTorch's SDPBackend).
 enum class AttentionBackend : uint8_t {

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "framework/allocator.h"
 #include "ops/ops.h"
@@ -19,10 +21,10 @@ Tensor values(Shape shape, uint64_t seed, double magnitude = 1.0) {
                              DType::kFloat64);
 }
 
-TensorFn attention(AttentionBackend backend, bool causal) {
-  return [backend, causal](const std::vector<Tensor>& in) {
+TensorFn attention(AttentionBackend backend, const AttentionCase& c) {
+  return [backend, c](const std::vector<Tensor>& in) {
     ops::AttentionBackendGuard guard(backend);
-    return ops::scaled_dot_product_attention(in[0], in[1], in[2], causal);
+    return ops::scaled_dot_product_attention(in[0], in[1], in[2], c.causal, c.scale);
   };
 }
 
@@ -52,7 +54,7 @@ std::string to_string(const std::vector<double>& e) {
 std::string name_of(const AttentionCase& c, DType dtype) {
   return std::string(dtype_name(dtype)) + " [" + std::to_string(c.batch) + "," + std::to_string(c.heads) + "] Tq " +
          std::to_string(c.tq) + " Tk " + std::to_string(c.tk) + " D " + std::to_string(c.d) + " Dv " +
-         std::to_string(c.dv) + (c.causal ? " causal" : "");
+         std::to_string(c.dv) + (c.causal ? " causal" : "") + (c.scale ? " scale " + std::to_string(*c.scale) : "");
 }
 
 }  // namespace
@@ -71,6 +73,8 @@ std::vector<AttentionCase> attention_cases() {
     // Head sizes that are not multiples of 8: rows of 40 and 24 bytes in 16 bits, which CUDA's tiles
     // load element by element instead of 16 bytes at a time.
     cases.push_back({.batch = 1, .heads = 2, .tq = 65, .tk = 130, .d = 20, .dv = 12, .causal = causal});
+    cases.push_back({.batch = 1, .heads = 2, .tq = 129, .tk = 70, .d = 64, .dv = 64, .causal = causal, .scale = 1.0 / 64});
+    cases.push_back({.batch = 2, .heads = 1, .tq = 63, .tk = 63, .d = 16, .dv = 16, .causal = causal, .scale = -0.7});
   }
   return cases;
 }
@@ -85,9 +89,9 @@ std::vector<AttentionCase> attention_cases() {
     // float64 on the values as `dtype` stores them: the paths are judged on their own rounding.
     std::vector<Tensor> stored;
     for (const Tensor& t : inputs) stored.push_back(t.to(dtype).to(DType::kFloat64));
-    const Evaluated exact = evaluate(attention(AttentionBackend::kComposed, c.causal), stored, DType::kFloat64);
-    const Evaluated fused = evaluate(attention(AttentionBackend::kFused, c.causal), inputs, dtype, device);
-    const Evaluated composed = evaluate(attention(AttentionBackend::kComposed, c.causal), inputs, dtype, device);
+    const Evaluated exact = evaluate(attention(AttentionBackend::kComposed, c), stored, DType::kFloat64);
+    const Evaluated fused = evaluate(attention(AttentionBackend::kFused, c), inputs, dtype, device);
+    const Evaluated composed = evaluate(attention(AttentionBackend::kComposed, c), inputs, dtype, device);
     const std::vector<double> fused_errors = errors(fused, exact), composed_errors = errors(composed, exact);
     const double fused_error = *std::max_element(fused_errors.begin(), fused_errors.end());
     const double composed_error = *std::max_element(composed_errors.begin(), composed_errors.end());
@@ -137,14 +141,16 @@ std::vector<AttentionCase> attention_cases() {
   const int64_t c = heads * d;
   const std::vector<Tensor> inputs = {values({batch, t, 3 * c}, 7, 2.0)};
   for (DType dtype : dtypes) {
-    for (const bool causal : {false, true}) {
+    for (const auto& [causal, scale] : {std::pair<bool, std::optional<double>>{false, std::nullopt},
+                                        {true, std::nullopt}, {true, 0.3}}) {
       const std::string name = std::string(dtype_name(dtype)) + " [" + std::to_string(batch) + ", " +
                                std::to_string(t) + ", 3 x " + std::to_string(heads) + " x " + std::to_string(d) +
-                               "]" + (causal ? " causal" : "") + " on " + std::string(device_name(device));
+                               "]" + (causal ? " causal" : "") + (scale ? " scale 0.3" : "") + " on " +
+                               std::string(device_name(device));
       const Evaluated packed = evaluate(
           [&](const std::vector<Tensor>& in) {
             ops::AttentionBackendGuard fused(AttentionBackend::kFused);
-            return ops::self_attention(in[0], heads, causal);
+            return ops::self_attention(in[0], heads, causal, scale);
           },
           inputs, dtype, device);
       const Evaluated split = evaluate(
@@ -153,7 +159,7 @@ std::vector<AttentionCase> attention_cases() {
             const auto split_heads = [&](const Tensor& y) {
               return ops::transpose(ops::reshape(y, {batch, t, heads, d}), 1, 2);
             };
-            const Tensor y = attention(AttentionBackend::kFused, causal)(
+            const Tensor y = attention(AttentionBackend::kFused, {.causal = causal, .scale = scale})(
                 {split_heads(parts[0]), split_heads(parts[1]), split_heads(parts[2])});
             return ops::reshape(ops::transpose(y, 1, 2), {batch, t, c});
           },
@@ -165,7 +171,7 @@ std::vector<AttentionCase> attention_cases() {
       Tensor qkv = inputs[0].to(dtype).to(device);
       qkv.set_requires_grad(true);
       const int64_t live = memory_stats(device).current_bytes;
-      const Tensor out = ops::self_attention(qkv, heads, causal);
+      const Tensor out = ops::self_attention(qkv, heads, causal, scale);
       const int64_t kept = memory_stats(device).current_bytes - live;
       const int64_t allowed = out.numel() * static_cast<int64_t>(dtype_info(dtype).size) + batch * heads * t * 8 + 4096;
       if (out.grad_fn()->name() != "self_attention" || kept > allowed) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "test_util.h"
@@ -13,11 +14,13 @@ namespace ampgrad::test {
 struct AttentionCase {
   int64_t batch = 1, heads = 1, tq = 1, tk = 1, d = 16, dv = 16;
   bool causal = false;
+  std::optional<double> scale = std::nullopt;  // scaled_dot_product_attention's (1 / sqrt(D) unset)
 };
 
 /// Ragged lengths (1, 63, 64, 65, 127, 128, 129: about the CUDA and CPU tiles' edges) x head sizes
 /// (16, 64, 80, 128), causal or not; then long (1000) and unequal (Tq 65 / Tk 200, Tq 200 / Tk 65,
-/// with Dv != D) sequences.
+/// with Dv != D) sequences, head sizes that are not multiples of 8, and scales given: 1 / D (as
+/// muP) and a negative one.
 std::vector<AttentionCase> attention_cases();
 
 /// For each of `dtypes` on `device`: the fused path's worst error (output and each gradient,

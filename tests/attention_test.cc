@@ -2,9 +2,10 @@
 // composed path it replaces: values and the gradients of q, k and v in float32, bfloat16 and
 // float16, causal or not, ragged lengths and head sizes, Tq != Tk; its accuracy at large scores;
 // the memory it keeps for the backward; its independence from the thread count; the backend
-// switch; and self_attention, which reads the heads where they lie in a fused qkv projection.
+// switch; the scale argument; and self_attention, which reads the heads where they lie in a fused qkv projection.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "amp/autocast.h"
@@ -161,6 +162,26 @@ TEST(SelfAttention, FallsBackToTheCompositionAndRejectsBadShapes) {
   EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(values({5, 12}, 1), 2); },
                                      {"self_attention", "[B, T, 3C]", "[5, 12]"}));
   EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(wide, 0); }, {"self_attention", "n_head 0"}));
+}
+
+// scale unset is 1 / sqrt(D), bit for bit, on both paths; given, it must be finite. (Given scales'
+// values and gradients are checked against float64 with the other cases: attention_cases.)
+TEST(FusedAttention, ScaleDefaultsToOneOverTheRootOfTheHeadSizeAndMustBeFinite) {
+  const Tensor q = values({2, 5, 16}, 1).to(DType::kFloat32), k = values({2, 7, 16}, 2).to(DType::kFloat32);
+  const Tensor v = values({2, 7, 8}, 3).to(DType::kFloat32);
+  for (AttentionBackend backend : {AttentionBackend::kFused, AttentionBackend::kComposed}) {
+    AttentionBackendGuard guard(backend);
+    EXPECT_EQ(ag::ops::scaled_dot_product_attention(q, k, v, true).to_vector(),
+              ag::ops::scaled_dot_product_attention(q, k, v, true, 0.25).to_vector());
+    EXPECT_NE(ag::ops::scaled_dot_product_attention(q, k, v, true).to_vector(),
+              ag::ops::scaled_dot_product_attention(q, k, v, true, 0.5).to_vector());
+    for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+      EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::scaled_dot_product_attention(q, k, v, false, bad); },
+                                         {"scaled_dot_product_attention", "scale must be finite"}));
+      EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(values({1, 3, 12}, 4), 2, false, bad); },
+                                         {"self_attention", "scale must be finite"}));
+    }
+  }
 }
 
 TEST(FusedAttention, TheBackendCanBeForcedAndSaysWhyTheFusedOneDoesNotApply) {

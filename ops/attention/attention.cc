@@ -1,4 +1,5 @@
-// scaled_dot_product_attention: softmax(q k^T / sqrt(D) [causally masked, top-left]) v; and
+// scaled_dot_product_attention: softmax(q k^T scale [causally masked, top-left]) v, scale
+// 1 / sqrt(D) unless given; and
 // self_attention, the same over the heads of a fused qkv projection, read and written in place.
 //   fused (attention_kernels.h): one op on the tape that saves q, k, v, the output and each row's
 //     log-sum-exp; its backward recomputes the probabilities tile by tile.
@@ -23,6 +24,7 @@ thread_local AttentionBackend tls_backend = AttentionBackend::kAuto;
 struct FusedAttention {
   static constexpr OpInfo kInfo{"scaled_dot_product_attention", CastPolicy::kLowerPrecision};
   bool causal;
+  double scale;
   Tensor lse;  // [batch, Tq, 2] float32 from the forward (not a graph tensor)
 
   void check(const Tensor& q, const Tensor& k, const Tensor& v) const {
@@ -38,7 +40,7 @@ struct FusedAttention {
                                     .d = d,
                                     .dv = v.size(-1),
                                     .causal = causal,
-                                    .scale = 1.0 / std::sqrt(static_cast<double>(d))};
+                                    .scale = scale};
     return s.with_contiguous_layouts();
   }
 
@@ -74,6 +76,7 @@ struct FusedSelfAttention {
   static constexpr OpInfo kInfo{"self_attention", CastPolicy::kLowerPrecision};
   int64_t n_head;
   bool causal;
+  double scale;
   Tensor lse;  // [B x H, T, 2] float32 from the forward (not a graph tensor)
 
   void check(const Tensor& /*qkv*/) const {}
@@ -86,7 +89,7 @@ struct FusedSelfAttention {
             .d = d,
             .dv = d,
             .causal = causal,
-            .scale = 1.0 / std::sqrt(static_cast<double>(d)),
+            .scale = scale,
             .q = kernels::RowLayout::packed(n_head, t, width, d, 0),
             .k = kernels::RowLayout::packed(n_head, t, width, d, c),
             .v = kernels::RowLayout::packed(n_head, t, width, d, 2 * c),
@@ -152,11 +155,20 @@ const char* why_not_fused(const Tensor& qkv, int64_t n_head) {
   return why_kernels_do_not_apply(qkv.device(), dtype_under_autocast(qkv), qkv.size(0) * n_head, d, d);
 }
 
-Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
-  // q and k are each scaled by D^-1/4 before their product, as PyTorch's math path: the scores of
-  // large q and k then stay finite in float16 where q k^T alone would overflow.
-  const double root_scale = std::pow(static_cast<double>(q.size(-1)), -0.25);
-  const Tensor scores = matmul(scale(q, root_scale), transpose(scale(k, root_scale), -2, -1));
+// The scores' factor: `scale` where given (finite), else 1 / sqrt(D) (PyTorch's scale=None).
+double scale_or_default(const char* op, std::optional<double> scale, int64_t d) {
+  AG_CHECK(!scale || std::isfinite(*scale), op, ": scale must be finite, got ", *scale,
+           "; hint: leave it unset for 1 / sqrt(D)");
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d));
+}
+
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double factor) {
+  // q and k are each scaled by sqrt(scale) (D^-1/4 by default) before their product, as PyTorch's
+  // math path: the scores of large q and k then stay finite in float16 where q k^T alone would
+  // overflow. A scale of 0 or below has no square root: the product is scaled instead.
+  const double root = std::sqrt(factor);
+  const Tensor scores = factor > 0 ? matmul(scale(q, root), transpose(scale(k, root), -2, -1))
+                                   : scale(matmul(q, transpose(k, -2, -1)), factor);
   const Tensor p = is_causal ? causal_softmax(scores) : softmax(scores, -1);
   return matmul(p, v);
 }
@@ -170,22 +182,24 @@ AttentionBackendGuard::AttentionBackendGuard(AttentionBackend backend) : previou
 }
 AttentionBackendGuard::~AttentionBackendGuard() { tls_backend = previous_; }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                                    std::optional<double> scale) {
   AG_CHECK(q.defined() && k.defined() && v.defined(), kOp, ": q, k and v must be defined");
   check_same_device(kOp, {{"q", &q}, {"k", &k}, {"v", &v}});
   const auto all = [&] { return describe({{"q", &q}, {"k", &k}, {"v", &v}}); };
   AG_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, kOp, ": q, k, v must be [..., T, D], got ", all());
   AG_CHECK(q.size(-1) == k.size(-1), kOp, ": q and k must have the same head size D, got ", all());
   AG_CHECK(k.size(-2) == v.size(-2), kOp, ": k and v must have the same length, got ", all());
+  const double factor = scale_or_default(kOp, scale, q.size(-1));
   const char* why_not = tls_backend == AttentionBackend::kComposed ? "" : why_not_fused(q, k, v);
-  if (why_not == nullptr) return dispatch(FusedAttention{.causal = is_causal, .lse = {}}, q, k, v);
+  if (why_not == nullptr) return dispatch(FusedAttention{.causal = is_causal, .scale = factor, .lse = {}}, q, k, v);
   AG_CHECK(tls_backend != AttentionBackend::kFused, kOp, ": the fused kernel was asked for (AttentionBackend::kFused) ",
            "but does not apply: ", why_not, " (", all(), "); hint: AttentionBackend::kAuto falls back to the ",
            "composed path");
-  return composed_attention(q, k, v, is_causal);
+  return composed_attention(q, k, v, is_causal, factor);
 }
 
-Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal) {
+Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal, std::optional<double> scale) {
   constexpr const char* kSelf = "self_attention";
   AG_CHECK(qkv.defined(), kSelf, ": qkv must be defined");
   const auto all = [&] { return describe({{"qkv", &qkv}}); };
@@ -193,15 +207,18 @@ Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal) {
   AG_CHECK(n_head >= 1 && qkv.size(2) % (3 * n_head) == 0, kSelf, ": qkv's last dimension must be 3 x n_head x D, ",
            "got ", all(), " with n_head ", n_head, "; hint: q, k and v are each n_head heads of D wide");
   const char* why_not = tls_backend == AttentionBackend::kComposed ? "" : why_not_fused(qkv, n_head);
-  if (why_not == nullptr) return dispatch(FusedSelfAttention{.n_head = n_head, .causal = is_causal, .lse = {}}, qkv);
+  const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3, d = c / n_head;
+  const double factor = scale_or_default(kSelf, scale, d);
+  if (why_not == nullptr) {
+    return dispatch(FusedSelfAttention{.n_head = n_head, .causal = is_causal, .scale = factor, .lse = {}}, qkv);
+  }
   AG_CHECK(tls_backend != AttentionBackend::kFused, kSelf, ": the fused kernel was asked for ",
            "(AttentionBackend::kFused) but does not apply: ", why_not, " (", all(), ", n_head ", n_head,
            "); hint: AttentionBackend::kAuto falls back to the composed path");
   // [B, T, C] -> [B, H, T, D] for each of q, k, v; attention; and back.
-  const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3, d = c / n_head;
   const std::vector<Tensor> parts = split(qkv, c, -1);
   const auto heads = [&](const Tensor& y) { return transpose(reshape(y, {b, t, n_head, d}), 1, 2); };
-  const Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), is_causal);
+  const Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), is_causal, factor);
   return reshape(transpose(y, 1, 2), {b, t, c});
 }
 
