@@ -27,7 +27,8 @@ CausalSelfAttention::CausalSelfAttention(const Config& c)
     : c_attn(register_module("c_attn", ag::nn::Linear(c.n_embd, 3 * c.n_embd))),
       c_proj(register_module("c_proj", ag::nn::Linear(c.n_embd, c.n_embd))),
       resid_dropout(register_module("resid_dropout", ag::nn::Dropout(c.dropout))),
-      n_head(c.n_head) {
+      n_head(c.n_head),
+      attn_dropout(c.dropout) {
   AG_CHECK(c.n_embd % c.n_head == 0, "gpt: n_embd ", c.n_embd, " is not a multiple of n_head ", c.n_head);
   init_linear(c_attn, 0.02);
   init_linear(c_proj, 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)));
@@ -35,8 +36,10 @@ CausalSelfAttention::CausalSelfAttention(const Config& c)
 
 ag::Tensor CausalSelfAttention::forward(const ag::Tensor& x) {
   // c_attn's [B, T, 3C] holds q, k and v, each n_head heads wide: attention reads them there and
-  // writes its [B, T, C] output with the heads merged (no split, transpose or merge copies).
-  return resid_dropout(c_proj(ag::ops::self_attention(c_attn(x), n_head, /*is_causal=*/true)));
+  // writes its [B, T, C] output with the heads merged (no split, transpose or merge copies). In
+  // training its probabilities are dropped as nanoGPT's (scaled_dot_product_attention's dropout_p).
+  const ag::ops::AttentionOptions options{.is_causal = true, .dropout_p = is_training() ? attn_dropout : 0.0};
+  return resid_dropout(c_proj(ag::ops::self_attention(c_attn(x), n_head, options)));
 }
 
 MLP::MLP(const Config& c)

@@ -15,7 +15,7 @@ struct Config {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
-  double dropout = 0.0;
+  double dropout = 0.0;  // in training: the embeddings, attention probabilities and residual branches (nanoGPT's)
   /// Recompute each block in the backward instead of keeping its activations
   /// (utils::checkpoint per block): about a block's activations of memory for a second forward.
   bool checkpoint_activations = false;
@@ -31,6 +31,7 @@ class CausalSelfAttention : public ag::nn::Module {
   ag::nn::Linear c_proj;  // C -> C
   ag::nn::Dropout resid_dropout;
   int64_t n_head;
+  double attn_dropout;  // on the attention probabilities in training (Config::dropout)
 };
 
 /// x [B, T, C] -> [B, T, C]: Linear(C, 4C), GELU (tanh approximation), Linear(4C, C).

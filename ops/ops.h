@@ -116,31 +116,48 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 /// Rows of weight [V, C] picked by int64 ids [...] -> [..., C]; an id outside [0, V) is an Error.
 /// Autocast: none (the weight's dtype).
 Tensor embedding(const Tensor& ids, const Tensor& weight);
+/// scaled_dot_product_attention's and self_attention's options beyond the operands (PyTorch's
+/// keyword arguments): ops::scaled_dot_product_attention(q, k, v, {.is_causal = true, .dropout_p = 0.1}).
+struct AttentionOptions {
+  bool is_causal = false;  ///< key j left out of query i's row when j > i (top-left aligned)
+  /// Dropout on the attention probabilities (before they weight v), kept ones scaled by 1 / (1 - p);
+  /// in [0, 1]. As PyTorch's dropout_p it applies whenever given: pass 0 outside training. The
+  /// mask is ops::dropout's over the probabilities [..., Tq, Tk] (the same elements from the same
+  /// generator state on either path), drawn from the process-wide generator.
+  double dropout_p = 0.0;
+  /// The scores' factor: 1 / sqrt(D) when unset (PyTorch's scale=None); finite when given.
+  std::optional<double> scale = std::nullopt;
+};
+
 /// softmax(q k^T scale) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (batch dimensions
-/// broadcast), causally masked when is_causal (top-left aligned); scale is 1 / sqrt(D) when unset
-/// (PyTorch's scale=None) and must be finite. Autocast: lower precision.
-/// Where it applies (see AttentionBackend) a fused kernel runs: the FlashAttention-2 algorithm,
-/// float32 accumulation and softmax, nothing of size Tq x Tk kept for the backward. Elsewhere it
-/// is composed from matmul and softmax (float32), as PyTorch's math path.
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false,
-                                    std::optional<double> scale = std::nullopt);
+/// broadcast), with AttentionOptions' causal mask, dropout and scale (1 / sqrt(D) by default).
+/// Autocast: lower precision. Where it applies (see AttentionBackend) a fused kernel runs: the
+/// FlashAttention-2 algorithm, float32 accumulation and softmax, nothing of size Tq x Tk kept for
+/// the backward (dropout's mask is regenerated from its seed). Elsewhere it is composed from
+/// matmul, softmax (float32) and dropout, as PyTorch's math path.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options);
+/// scaled_dot_product_attention(q, k, v, {.is_causal = is_causal}).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false);
 /// Multi-head self-attention over a fused qkv projection: qkv [B, T, 3C] holds q, k and v side by
 /// side, each C = n_head x D wide with its heads in order; returns [B, T, C], the heads merged.
 /// The values and gradients of splitting qkv, reshaping each part to [B, T, H, D], transposing it
 /// to [B, H, T, D], scaled_dot_product_attention, and transposing and reshaping back, without those
 /// copies: where the fused kernel applies it reads q, k, v where they lie in qkv and writes the
 /// output (and the backward qkv's gradient) in place; elsewhere it runs exactly that composition.
-/// scale as scaled_dot_product_attention's.
-Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal = false,
-                      std::optional<double> scale = std::nullopt);
+Tensor self_attention(const Tensor& qkv, int64_t n_head, const AttentionOptions& options);
+/// self_attention(qkv, n_head, {.is_causal = is_causal}).
+Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal = false);
 
 /// Which implementation scaled_dot_product_attention and self_attention use (PyTorch's SDPBackend).
 enum class AttentionBackend : uint8_t {
   kAuto,      ///< fused where it applies: one dtype for q, k, v after autocast (CPU: float32,
               ///< float16 or bfloat16; CUDA: float16 or bfloat16, head sizes up to 128, at most 65535
-              ///< batch entries B x H); the same batch dimensions (no broadcast); no empty input
+              ///< batch entries B x H, no dropout); the same batch dimensions (no broadcast); no
+              ///< empty input
   kFused,     ///< fused, or an Error saying why it does not apply
-  kComposed,  ///< matmul and softmax, recorded op by op (the reference the fused kernel is tested against)
+  kComposed,  ///< matmul, softmax and dropout, recorded op by op (the reference the fused kernel is
+              ///< tested against)
 };
 /// The backend scaled_dot_product_attention uses on this thread now.
 AttentionBackend attention_backend();

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "framework/allocator.h"
 #include "ops/ops.h"
@@ -21,10 +20,16 @@ Tensor values(Shape shape, uint64_t seed, double magnitude = 1.0) {
                              DType::kFloat64);
 }
 
+// Attention as the case asks for, from the generator state manual_seed(kDropoutSeed) (every
+// evaluation of a case with dropout drops the same elements).
+constexpr uint64_t kDropoutSeed = 29;
+
 TensorFn attention(AttentionBackend backend, const AttentionCase& c) {
   return [backend, c](const std::vector<Tensor>& in) {
     ops::AttentionBackendGuard guard(backend);
-    return ops::scaled_dot_product_attention(in[0], in[1], in[2], c.causal, c.scale);
+    manual_seed(kDropoutSeed);
+    return ops::scaled_dot_product_attention(in[0], in[1], in[2],
+                                             {.is_causal = c.causal, .dropout_p = c.dropout_p, .scale = c.scale});
   };
 }
 
@@ -54,7 +59,8 @@ std::string to_string(const std::vector<double>& e) {
 std::string name_of(const AttentionCase& c, DType dtype) {
   return std::string(dtype_name(dtype)) + " [" + std::to_string(c.batch) + "," + std::to_string(c.heads) + "] Tq " +
          std::to_string(c.tq) + " Tk " + std::to_string(c.tk) + " D " + std::to_string(c.d) + " Dv " +
-         std::to_string(c.dv) + (c.causal ? " causal" : "") + (c.scale ? " scale " + std::to_string(*c.scale) : "");
+         std::to_string(c.dv) + (c.causal ? " causal" : "") + (c.scale ? " scale " + std::to_string(*c.scale) : "") +
+         (c.dropout_p > 0 ? " dropout " + std::to_string(c.dropout_p) : "");
 }
 
 }  // namespace
@@ -75,6 +81,15 @@ std::vector<AttentionCase> attention_cases() {
     cases.push_back({.batch = 1, .heads = 2, .tq = 65, .tk = 130, .d = 20, .dv = 12, .causal = causal});
     cases.push_back({.batch = 1, .heads = 2, .tq = 129, .tk = 70, .d = 64, .dv = 64, .causal = causal, .scale = 1.0 / 64});
     cases.push_back({.batch = 2, .heads = 1, .tq = 63, .tk = 63, .d = 16, .dv = 16, .causal = causal, .scale = -0.7});
+  }
+  return cases;
+}
+
+std::vector<AttentionCase> attention_dropout_cases() {
+  std::vector<AttentionCase> cases;
+  for (const bool causal : {false, true}) {
+    cases.push_back({.batch = 2, .heads = 2, .tq = 129, .tk = 129, .d = 64, .dv = 64, .causal = causal, .dropout_p = 0.2});
+    cases.push_back({.batch = 1, .heads = 3, .tq = 65, .tk = 200, .d = 32, .dv = 48, .causal = causal, .dropout_p = 0.5});
   }
   return cases;
 }
@@ -141,16 +156,20 @@ std::vector<AttentionCase> attention_cases() {
   const int64_t c = heads * d;
   const std::vector<Tensor> inputs = {values({batch, t, 3 * c}, 7, 2.0)};
   for (DType dtype : dtypes) {
-    for (const auto& [causal, scale] : {std::pair<bool, std::optional<double>>{false, std::nullopt},
-                                        {true, std::nullopt}, {true, 0.3}}) {
+    std::vector<AttentionCase> cases = {{.causal = false}, {.causal = true}, {.causal = true, .scale = 0.3}};
+    if (device == Device::kCPU) cases.push_back({.causal = true, .dropout_p = 0.25});  // CUDA: composed
+    for (const AttentionCase& option : cases) {
+      const ops::AttentionOptions options{
+          .is_causal = option.causal, .dropout_p = option.dropout_p, .scale = option.scale};
       const std::string name = std::string(dtype_name(dtype)) + " [" + std::to_string(batch) + ", " +
                                std::to_string(t) + ", 3 x " + std::to_string(heads) + " x " + std::to_string(d) +
-                               "]" + (causal ? " causal" : "") + (scale ? " scale 0.3" : "") + " on " +
-                               std::string(device_name(device));
+                               "]" + (option.causal ? " causal" : "") + (option.scale ? " scale 0.3" : "") +
+                               (option.dropout_p > 0 ? " dropout" : "") + " on " + std::string(device_name(device));
       const Evaluated packed = evaluate(
           [&](const std::vector<Tensor>& in) {
             ops::AttentionBackendGuard fused(AttentionBackend::kFused);
-            return ops::self_attention(in[0], heads, causal, scale);
+            manual_seed(kDropoutSeed);
+            return ops::self_attention(in[0], heads, options);
           },
           inputs, dtype, device);
       const Evaluated split = evaluate(
@@ -159,7 +178,7 @@ std::vector<AttentionCase> attention_cases() {
             const auto split_heads = [&](const Tensor& y) {
               return ops::transpose(ops::reshape(y, {batch, t, heads, d}), 1, 2);
             };
-            const Tensor y = attention(AttentionBackend::kFused, {.causal = causal, .scale = scale})(
+            const Tensor y = attention(AttentionBackend::kFused, option)(
                 {split_heads(parts[0]), split_heads(parts[1]), split_heads(parts[2])});
             return ops::reshape(ops::transpose(y, 1, 2), {batch, t, c});
           },
@@ -171,7 +190,7 @@ std::vector<AttentionCase> attention_cases() {
       Tensor qkv = inputs[0].to(dtype).to(device);
       qkv.set_requires_grad(true);
       const int64_t live = memory_stats(device).current_bytes;
-      const Tensor out = ops::self_attention(qkv, heads, causal, scale);
+      const Tensor out = ops::self_attention(qkv, heads, options);
       const int64_t kept = memory_stats(device).current_bytes - live;
       const int64_t allowed = out.numel() * static_cast<int64_t>(dtype_info(dtype).size) + batch * heads * t * 8 + 4096;
       if (out.grad_fn()->name() != "self_attention" || kept > allowed) {

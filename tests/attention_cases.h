@@ -15,13 +15,17 @@ struct AttentionCase {
   int64_t batch = 1, heads = 1, tq = 1, tk = 1, d = 16, dv = 16;
   bool causal = false;
   std::optional<double> scale = std::nullopt;  // scaled_dot_product_attention's (1 / sqrt(D) unset)
+  double dropout_p = 0.0;  // each path draws its mask from the same generator state (manual_seed)
 };
 
 /// Ragged lengths (1, 63, 64, 65, 127, 128, 129: about the CUDA and CPU tiles' edges) x head sizes
 /// (16, 64, 80, 128), causal or not; then long (1000) and unequal (Tq 65 / Tk 200, Tq 200 / Tk 65,
-/// with Dv != D) sequences, head sizes that are not multiples of 8, and scales given: 1 / D (as
-/// muP) and a negative one.
+/// with Dv != D) sequences, head sizes that are not multiples of 8, scales given (1 / D, as muP,
+/// and a negative one) and dropout (the fused kernel only on the CPU).
 std::vector<AttentionCase> attention_cases();
+/// Cases with dropout on the probabilities (p 0.2 and 0.5), causal or not, Tq != Tk: the fused
+/// kernel must drop what the composed path's ops::dropout drops (the CPU's; CUDA composes).
+std::vector<AttentionCase> attention_dropout_cases();
 
 /// For each of `dtypes` on `device`: the fused path's worst error (output and each gradient,
 /// relative to its largest |value| or to 1) against float64 on the values as the dtype stores

@@ -2,7 +2,7 @@
 // composed path it replaces: values and the gradients of q, k and v in float32, bfloat16 and
 // float16, causal or not, ragged lengths and head sizes, Tq != Tk; its accuracy at large scores;
 // the memory it keeps for the backward; its independence from the thread count; the backend
-// switch; the scale argument; and self_attention, which reads the heads where they lie in a fused qkv projection.
+// switch; the scale and dropout options; and self_attention, which reads the heads where they lie in a fused qkv projection.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -172,15 +172,51 @@ TEST(FusedAttention, ScaleDefaultsToOneOverTheRootOfTheHeadSizeAndMustBeFinite) 
   for (AttentionBackend backend : {AttentionBackend::kFused, AttentionBackend::kComposed}) {
     AttentionBackendGuard guard(backend);
     EXPECT_EQ(ag::ops::scaled_dot_product_attention(q, k, v, true).to_vector(),
-              ag::ops::scaled_dot_product_attention(q, k, v, true, 0.25).to_vector());
+              ag::ops::scaled_dot_product_attention(q, k, v, {.is_causal = true, .scale = 0.25}).to_vector());
     EXPECT_NE(ag::ops::scaled_dot_product_attention(q, k, v, true).to_vector(),
-              ag::ops::scaled_dot_product_attention(q, k, v, true, 0.5).to_vector());
+              ag::ops::scaled_dot_product_attention(q, k, v, {.is_causal = true, .scale = 0.5}).to_vector());
     for (double bad : {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
-      EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::scaled_dot_product_attention(q, k, v, false, bad); },
+      EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::scaled_dot_product_attention(q, k, v, {.scale = bad}); },
                                          {"scaled_dot_product_attention", "scale must be finite"}));
-      EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(values({1, 3, 12}, 4), 2, false, bad); },
+      EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::self_attention(values({1, 3, 12}, 4), 2, {.scale = bad}); },
                                          {"self_attention", "scale must be finite"}));
     }
+  }
+}
+
+// Dropout on the probabilities: the fused kernel drops the elements the composed path's
+// ops::dropout drops from the same generator state (else its values would be far off the float64
+// reference's), in values and gradients.
+TEST(FusedAttention, DropoutDropsWhatTheComposedPathDrops) {
+  for (const ag::test::AttentionCase& c : ag::test::attention_dropout_cases()) {
+    EXPECT_TRUE(ag::test::fused_attention_as_accurate_as_composed(ag::Device::kCPU, c, kCpuDTypes));
+  }
+}
+
+// Either path draws one seed from the generator (none for p = 0 or 1), so what follows draws alike;
+// p = 1 drops everything (output and gradients 0); p outside [0, 1] is an error.
+TEST(FusedAttention, DropoutDrawsLikeTheComposedPathAndChecksItsProbability) {
+  const Tensor q = values({2, 9, 16}, 1).to(DType::kFloat32), v = values({2, 9, 8}, 3).to(DType::kFloat32);
+  for (double p : {0.0, 0.3, 1.0}) {
+    std::vector<uint64_t> next;
+    for (AttentionBackend backend : {AttentionBackend::kFused, AttentionBackend::kComposed}) {
+      AttentionBackendGuard guard(backend);
+      ag::manual_seed(5);
+      Tensor leaf = q.detach();
+      leaf.set_requires_grad(true);
+      const Tensor out = ag::ops::scaled_dot_product_attention(leaf, leaf, v, {.is_causal = true, .dropout_p = p});
+      ag::ops::sum(out).backward();
+      next.push_back(ag::random::next_u64());
+      if (p == 1.0) {
+        EXPECT_EQ(out.to_vector(), std::vector<float>(out.numel(), 0.0f));
+        EXPECT_EQ(leaf.grad().to_vector(), std::vector<float>(leaf.numel(), 0.0f));
+      }
+    }
+    EXPECT_EQ(next[0], next[1]) << "p " << p;
+  }
+  for (double bad : {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::scaled_dot_product_attention(q, q, v, {.dropout_p = bad}); },
+                                       {"scaled_dot_product_attention", "dropout_p must be in [0, 1]"}));
   }
 }
 

@@ -586,13 +586,16 @@ TEST(CudaKernels, FusedAttentionKeepsNoScoresAndFallsBackWhereItDoesNotApply) {
   SKIP_WITHOUT_CUDA();
   EXPECT_TRUE(agt::fused_attention_keeps_no_scores(Device::kCUDA, DType::kBFloat16));
   EXPECT_TRUE(agt::fused_attention_keeps_no_scores(Device::kCUDA, DType::kFloat16));
-  // float32 and head sizes over 128 run the composed path on CUDA; kFused says why.
-  for (const auto& [dtype, d] : {std::pair{DType::kFloat32, int64_t{64}}, std::pair{DType::kBFloat16, int64_t{256}}}) {
+  // float32, head sizes over 128 and dropout run the composed path on CUDA; kFused says why.
+  for (const auto& [dtype, d, dropout] : {std::tuple{DType::kFloat32, int64_t{64}, 0.0},
+                                          std::tuple{DType::kBFloat16, int64_t{256}, 0.0},
+                                          std::tuple{DType::kBFloat16, int64_t{64}, 0.2}}) {
     Tensor q = random_tensor({1, 2, 40, d}, dtype, 7, Device::kCUDA);
     q.set_requires_grad(true);
-    EXPECT_EQ(ag::ops::scaled_dot_product_attention(q, q, q, true).grad_fn()->name(), "matmul");
+    const ag::ops::AttentionOptions options{.is_causal = true, .dropout_p = dropout};
+    EXPECT_EQ(ag::ops::scaled_dot_product_attention(q, q, q, options).grad_fn()->name(), "matmul");
     ag::ops::AttentionBackendGuard fused(ag::ops::AttentionBackend::kFused);
-    EXPECT_TRUE(agt::throws_error([&] { ag::ops::scaled_dot_product_attention(q, q, q, true); },
+    EXPECT_TRUE(agt::throws_error([&] { ag::ops::scaled_dot_product_attention(q, q, q, options); },
                                   {"scaled_dot_product_attention", "CUDA"}));
   }
 }

@@ -5,7 +5,9 @@
 // cache; with bfloat16 inputs the products after it take its tiles rounded to bfloat16
 // (kRoundsTiles). The forward runs (batch, query tile) pairs on the pool; the backward runs one
 // batch entry per task, its tiles in a fixed order, so no two tasks add to the same gradient and
-// the bits do not depend on the thread count.
+// the bits do not depend on the thread count. Dropout on the probabilities draws each element's
+// keep from a counter-based hash of its index (dropout_mask.h, as ops::dropout), so the backward
+// regenerates the forward's mask tile by tile.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,6 +17,7 @@
 #include "framework/error.h"
 #include "framework/parallel.h"
 #include "ops/attention/attention_kernels.h"
+#include "ops/elementwise/dropout_mask.h"
 #include "ops/linear/linear_gemm_cpu.h"
 #include "ops/math.h"
 #include "ops/softmax/softmax_rows_cpu.h"
@@ -89,6 +92,23 @@ void scale_and_mask(float* scores, int64_t rows, int64_t cols, int64_t i0, int64
     const int64_t seen = std::clamp<int64_t>(keys_seen(s, i0 + r) - j0, 0, cols);
     for (int64_t c = 0; c < seen; ++c) row[c] *= scale;
     for (int64_t c = seen; c < cols; ++c) row[c] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+// Dropout on a [rows, cols] tile of batch entry b (query rows from i0, keys from j0): an element is
+// kept, times 1 / (1 - p), where ops::dropout over the probabilities [batch, Tq, Tk] keeps it, else
+// 0. The forward applies it to P before P v (the row sums stay those of P), the backward to the
+// P^T dout operand and to dP = dout v^T.
+void drop(float* tile, int64_t rows, int64_t cols, int64_t b, int64_t i0, int64_t j0, const AttentionShape& s) {
+  const auto threshold = static_cast<float>(s.dropout_p);
+  const auto keep_scale = static_cast<float>(1.0 / (1.0 - s.dropout_p));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = tile + r * cols;
+    const auto first = static_cast<uint64_t>((b * s.tq + i0 + r) * s.tk + j0);
+    for (int64_t c = 0; c < cols; ++c) {
+      row[c] = dropout_uniform(s.dropout_seed, first + static_cast<uint64_t>(c)) >= threshold ? row[c] * keep_scale
+                                                                                              : 0.0f;
+    }
   }
 }
 
@@ -203,6 +223,7 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
             gemm(n, seen, s.d, rows_of(q, s.q, b, i0 + r0), transposed(rows_of(k, s.k, b, j0)), scores.data());
             scale_and_mask(scores.data(), n, seen, i0 + r0, j0, s);
             run_loop<OnlineSoftmax>(wide, scores.data(), n, seen, max.data() + r0, sum.data() + r0, acc_rows, s.dv);
+            if (s.dropout_p > 0) drop(scores.data(), n, seen, b, i0 + r0, j0, s);
             gemm(n, s.dv, seen, tile_operand(scores.data(), n, seen, rounded), rows_of(v, s.v, b, j0), pv.data());
             for (int64_t i = 0; i < n * s.dv; ++i) acc_rows[i] += pv[static_cast<size_t>(i)];
           });
@@ -244,7 +265,8 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
             dv_acc(static_cast<size_t>(s.tk * s.dv), 0.0f);
         std::vector<T> rounded(kRoundsTiles<T> ? static_cast<size_t>(kQueryTile * kKeyTile) : 0);
         std::vector<float> p(static_cast<size_t>(kQueryTile * kKeyTile)), ds(p.size()),
-            tmp(static_cast<size_t>(std::max(kQueryTile, kKeyTile) * std::max(s.d, s.dv)));
+            tmp(static_cast<size_t>(std::max(kQueryTile, kKeyTile) * std::max(s.d, s.dv))),
+            dropped(s.dropout_p > 0 ? p.size() : 0);
         const auto add = [&](float* dst, int64_t n) {
           for (int64_t i = 0; i < n; ++i) dst[i] += tmp[static_cast<size_t>(i)];
         };
@@ -260,11 +282,19 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
               gemm(n, seen, s.d, q_tile, transposed(k_tile), p.data());
               scale_and_mask(p.data(), n, seen, i, j0, s);
               run_loop<Probabilities>(wide, p.data(), n, seen, lse_in + 2 * (b * s.tq + i));
-              // dv_j += P^T dout_i
-              gemm(seen, s.dv, n, transposed(tile_operand(p.data(), n, seen, rounded)), g_tile, tmp.data());
+              // dv_j += Z^T dout_i, Z = P or, with dropout, P dropped
+              const float* z = p.data();
+              if (s.dropout_p > 0) {
+                std::copy_n(p.data(), n * seen, dropped.data());
+                drop(dropped.data(), n, seen, b, i, j0, s);
+                z = dropped.data();
+              }
+              gemm(seen, s.dv, n, transposed(tile_operand(z, n, seen, rounded)), g_tile, tmp.data());
               add(dv_acc.data() + j0 * s.dv, seen * s.dv);
-              // dS = P (dout_i v_j^T - delta) scale
+              // dS = P (dP - delta) scale, dP = dout_i v_j^T (dropped as Z was: delta = rowsum(dout out)
+              // still, since out = Z v)
               gemm(n, seen, s.dv, g_tile, transposed(v_tile), ds.data());
+              if (s.dropout_p > 0) drop(ds.data(), n, seen, b, i, j0, s);
               const auto scale = static_cast<float>(s.scale);
               run_loop<ScoreGradients>(wide, ds.data(), p.data(), n, seen, delta.data() + i, scale);
               // dq_i += dS k_j;  dk_j += dS^T q_i

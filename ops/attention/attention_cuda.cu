@@ -637,6 +637,7 @@ Params params_of(const AttentionShape& s) {
            s.dv, " must be at most ", kMaxFusedHeadSize);
   AG_CHECK(s.batch >= 1 && s.batch <= 65535, "flash_attention (CUDA): ", s.batch,
            " batch entries (B x H) must be in [1, 65535], the grid's y limit");
+  AG_CHECK(s.dropout_p == 0, "flash_attention (CUDA): dropout runs the composed path");
   return {.tq = s.tq,
           .tk = s.tk,
           .d = static_cast<int>(s.d),

@@ -38,7 +38,12 @@ struct RowLayout {
 struct AttentionShape {
   int64_t batch = 0, tq = 0, tk = 0, d = 0, dv = 0;
   bool causal = false;
-  double scale = 1.0;  // the scores' factor, 1 / sqrt(D)
+  double scale = 1.0;  // the scores' factor, 1 / sqrt(D) by default
+  // Dropout on the probabilities: P[b, i, j] is kept (and scaled by 1 / (1 - p)) where
+  // dropout_uniform(dropout_seed, (b Tq + i) Tk + j) >= dropout_p, ops::dropout's mask over a
+  // contiguous [batch, Tq, Tk]. The CPU's kernels only; 0: none.
+  double dropout_p = 0.0;
+  uint64_t dropout_seed = 0;
   RowLayout q{}, k{}, v{}, out{};  // where each operand's rows lie (with_contiguous_layouts, or views)
 
   /// Every operand a contiguous [batch, rows, cols] tensor.
