@@ -5,10 +5,11 @@
 //   bmm_{fp32,fp16}           a [8,12,256,64] @ b [8,12,64,256]  (attention's scores)
 //   matmul_long_k_fp32        a [512, 50304] @ b [50304, 768]    (GPT-2 small's classifier's input
 //                             gradient at T = 256, batch 2: a k far longer than n)
-//   sdpa{256,1024}_{fused,composed}_{fp32,bf16}
+//   sdpa{256,1024}_{fused,composed}[_dropout]_{fp32,bf16}
 //                             causal attention forward + backward, q, k, v [2,12,T,64] (GPT-2
-//                             small's heads at batch 2), through each AttentionBackend; the FLOP
-//                             are the usual 3.5 x the forward's 4 T^2 D per head, halved (causal)
+//                             small's heads at batch 2), through each AttentionBackend, with
+//                             dropout_p 0.1 on the probabilities for _dropout; the FLOP are the
+//                             usual 3.5 x the forward's 4 T^2 D per head, halved (causal)
 //   heads_{split,packed}_{fp32,bf16}
 //                             GPT-2 small's attention at T = 256, batch 2 from the fused qkv
 //                             projection [2, 256, 2304] to the merged [2, 256, 768], forward +
@@ -73,10 +74,13 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
       qkv.push_back(randn({2, 12, t, 64}, name.ends_with("_bf16") ? DType::kBFloat16 : DType::kFloat32));
       qkv.back().set_requires_grad(true);
     }
+    const ops::AttentionOptions options{.is_causal = true,
+                                        .dropout_p = name.find("_dropout_") != std::string::npos ? 0.1 : 0.0};
     const double flop = 3.5 * 4.0 * 24 * static_cast<double>(t * t) * 64 / 2;
-    return std::make_unique<OpWorkload>(OpWorkload{[qkv, backend] {
+    return std::make_unique<OpWorkload>(OpWorkload{[qkv, backend, options] {
                                                      ops::AttentionBackendGuard guard(backend);
-                                                     ops::sum(ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], true))
+                                                     ops::sum(ops::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2],
+                                                                                                options))
                                                          .backward();
                                                      for (Tensor x : qkv) x.set_grad(Tensor());
                                                    },

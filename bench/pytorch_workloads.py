@@ -9,7 +9,7 @@ WORKLOAD: seed_fp32, seed_bf16 (CPU autocast, PyTorch's CPU AMP), mlp_sgd_fp32, 
           same step at GPT-2 small's shape, T = 256, batch 2), gpt2s1024_* (T = 1024, batch 1),
           gpt6_* (6 layers, width 384, T = 256, batch 8); single ops
           (bench/op_workloads.h): add_bias_{fp32,fp16}, add_residual_{fp32,fp16}, bmm_{fp32,fp16},
-          sdpa{256,1024}_{fused,composed}_{fp32,bf16}, heads_{split,packed}_{fp32,bf16},
+          sdpa{256,1024}_{fused,composed}[_dropout]_{fp32,bf16}, heads_{split,packed}_{fp32,bf16},
           gelu_{fp32,bf16}, layer_norm_{fp32,bf16}, adamw_fp32 (adamw_fp32_fused: PyTorch's fused
           CPU AdamW).
 Prints "WORKLOAD <median us per step over 5 chunks>" (single ops: then GB/s or GFLOP/s).
@@ -119,17 +119,24 @@ def make_op(name):
         a, b = torch.randn(8, 12, 256, 64).to(dtype), torch.randn(8, 12, 64, 256).to(dtype)
         return (lambda: torch.matmul(a, b)), 0, 2.0 * 96 * 256 * 256 * 64
     if name.startswith("sdpa"):
-        # sdpa{256,1024}_{fused,composed}_{fp32,bf16}: PyTorch's default SDPA (its fused CPU kernel)
-        # or its math path, forward + backward of causal attention over [2, 12, T, 64].
+        # sdpa{256,1024}_{fused,composed}[_dropout]_{fp32,bf16}: PyTorch's fused CPU kernel or its
+        # math path, forward + backward of causal attention over [2, 12, T, 64], with dropout_p 0.1
+        # for _dropout. The fused kernel has no dropout on the CPU: _fused_dropout runs whatever
+        # PyTorch's default SDPA picks (its math path).
         t = 1024 if name.startswith("sdpa1024_") else 256
         qkv = [torch.randn(2, 12, t, 64, dtype=torch.bfloat16 if name.endswith("_bf16") else torch.float32,
                            requires_grad=True) for _ in range(3)]
         from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
-        backend = SDPBackend.FLASH_ATTENTION if "_fused_" in name else SDPBackend.MATH
+        dropout_p = 0.1 if "_dropout_" in name else 0.0
+        backends = [SDPBackend.MATH]
+        if "_fused_" in name:
+            backends = ([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH] if dropout_p
+                        else [SDPBackend.FLASH_ATTENTION])
 
         def run():
-            with sdpa_kernel(backend):
-                torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=True).sum().backward()
+            with sdpa_kernel(backends):
+                attention = torch.nn.functional.scaled_dot_product_attention
+                attention(*qkv, is_causal=True, dropout_p=dropout_p).sum().backward()
             for x in qkv:
                 x.grad = None
 

@@ -79,7 +79,8 @@ std::vector<AttentionCase> attention_cases() {
     // Head sizes that are not multiples of 8: rows of 40 and 24 bytes in 16 bits, which CUDA's tiles
     // load element by element instead of 16 bytes at a time.
     cases.push_back({.batch = 1, .heads = 2, .tq = 65, .tk = 130, .d = 20, .dv = 12, .causal = causal});
-    cases.push_back({.batch = 1, .heads = 2, .tq = 129, .tk = 70, .d = 64, .dv = 64, .causal = causal, .scale = 1.0 / 64});
+    cases.push_back(
+        {.batch = 1, .heads = 2, .tq = 129, .tk = 70, .d = 64, .dv = 64, .causal = causal, .scale = 1.0 / 64});
     cases.push_back({.batch = 2, .heads = 1, .tq = 63, .tk = 63, .d = 16, .dv = 16, .causal = causal, .scale = -0.7});
   }
   return cases;
@@ -88,8 +89,10 @@ std::vector<AttentionCase> attention_cases() {
 std::vector<AttentionCase> attention_dropout_cases() {
   std::vector<AttentionCase> cases;
   for (const bool causal : {false, true}) {
-    cases.push_back({.batch = 2, .heads = 2, .tq = 129, .tk = 129, .d = 64, .dv = 64, .causal = causal, .dropout_p = 0.2});
-    cases.push_back({.batch = 1, .heads = 3, .tq = 65, .tk = 200, .d = 32, .dv = 48, .causal = causal, .dropout_p = 0.5});
+    cases.push_back(
+        {.batch = 2, .heads = 2, .tq = 129, .tk = 129, .d = 64, .dv = 64, .causal = causal, .dropout_p = 0.2});
+    cases.push_back(
+        {.batch = 1, .heads = 3, .tq = 65, .tk = 200, .d = 32, .dv = 48, .causal = causal, .dropout_p = 0.5});
   }
   return cases;
 }

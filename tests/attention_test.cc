@@ -2,7 +2,8 @@
 // composed path it replaces: values and the gradients of q, k and v in float32, bfloat16 and
 // float16, causal or not, ragged lengths and head sizes, Tq != Tk; its accuracy at large scores;
 // the memory it keeps for the backward; its independence from the thread count; the backend
-// switch; the scale and dropout options; and self_attention, which reads the heads where they lie in a fused qkv projection.
+// switch; the scale and dropout options; and self_attention, which reads the heads where they lie
+// in a fused qkv projection.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -93,12 +94,20 @@ TEST(FusedAttention, EveryLevelOfItsCpuLoopsGivesTheBaselinesBits) {
   struct Case {
     int64_t tq, tk, d;
     bool causal;
+    double dropout_p = 0.0;
   };
   for (const Case& c : {Case{200, 200, 64, true}, Case{65, 200, 32, true}, Case{200, 65, 32, true},
-                        Case{150, 150, 16, false}}) {
+                        Case{150, 150, 16, false}, Case{200, 130, 32, true, 0.3}}) {
     for (const DType dtype : kCpuDTypes) {
-      ag::kernels::AttentionShape shape{.batch = 2, .tq = c.tq, .tk = c.tk, .d = c.d, .dv = c.d, .causal = c.causal,
-                                        .scale = 1.0 / std::sqrt(static_cast<double>(c.d))};
+      ag::kernels::AttentionShape shape{.batch = 2,
+                                        .tq = c.tq,
+                                        .tk = c.tk,
+                                        .d = c.d,
+                                        .dv = c.d,
+                                        .causal = c.causal,
+                                        .scale = 1.0 / std::sqrt(static_cast<double>(c.d)),
+                                        .dropout_p = c.dropout_p,
+                                        .dropout_seed = 77};
       shape = shape.with_contiguous_layouts();
       const Tensor q = values({2, c.tq, c.d}, 1, 3.0).to(dtype), k = values({2, c.tk, c.d}, 2, 3.0).to(dtype),
                    v = values({2, c.tk, c.d}, 3).to(dtype), dout = values({2, c.tq, c.d}, 4).to(dtype);
@@ -116,7 +125,7 @@ TEST(FusedAttention, EveryLevelOfItsCpuLoopsGivesTheBaselinesBits) {
       for (size_t i = 0; i < results[0].size(); ++i) {
         EXPECT_TRUE(ag::test::same_bits(results[0][i], results[1][i]))
             << names[i] << ", Tq " << c.tq << " Tk " << c.tk << (c.causal ? " causal, " : ", ")
-            << ag::dtype_name(dtype);
+            << (c.dropout_p > 0 ? "dropout, " : "") << ag::dtype_name(dtype);
       }
     }
   }

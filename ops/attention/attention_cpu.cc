@@ -98,18 +98,33 @@ void scale_and_mask(float* scores, int64_t rows, int64_t cols, int64_t i0, int64
 // Dropout on a [rows, cols] tile of batch entry b (query rows from i0, keys from j0): an element is
 // kept, times 1 / (1 - p), where ops::dropout over the probabilities [batch, Tq, Tk] keeps it, else
 // 0. The forward applies it to P before P v (the row sums stay those of P), the backward to the
-// P^T dout operand and to dP = dout v^T.
-void drop(float* tile, int64_t rows, int64_t cols, int64_t b, int64_t i0, int64_t j0, const AttentionShape& s) {
-  const auto threshold = static_cast<float>(s.dropout_p);
-  const auto keep_scale = static_cast<float>(1.0 / (1.0 - s.dropout_p));
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = tile + r * cols;
-    const auto first = static_cast<uint64_t>((b * s.tq + i0 + r) * s.tk + j0);
-    for (int64_t c = 0; c < cols; ++c) {
-      row[c] = dropout_uniform(s.dropout_seed, first + static_cast<uint64_t>(c)) >= threshold ? row[c] * keep_scale
-                                                                                              : 0.0f;
+// P^T dout operand and to dP = dout v^T. The keeps are hashed once per tile into multipliers
+// (0 or 1 / (1 - p)); the AVX-512 build hashes 8 indices a vector (64-bit multiplies).
+struct DropoutMultipliers {
+  [[gnu::always_inline]] static void run(float* multipliers, int64_t rows, int64_t cols, uint64_t first,
+                                         int64_t row_step, uint64_t seed, float threshold, float keep_scale) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint64_t at = first + static_cast<uint64_t>(r * row_step);
+      float* m = multipliers + r * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        m[c] = dropout_uniform(seed, at + static_cast<uint64_t>(c)) >= threshold ? keep_scale : 0.0f;
+      }
     }
   }
+};
+
+// x = x * multiplier where kept, else 0 (as ops::dropout: a dropped inf or NaN gives 0 too).
+struct ApplyDropout {
+  [[gnu::always_inline]] static void run(float* dst, const float* src, const float* multipliers, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = multipliers[i] != 0.0f ? src[i] * multipliers[i] : 0.0f;
+  }
+};
+
+void dropout_multipliers(bool wide, float* multipliers, int64_t rows, int64_t cols, int64_t b, int64_t i0, int64_t j0,
+                         const AttentionShape& s) {
+  run_loop<DropoutMultipliers>(wide, multipliers, rows, cols, static_cast<uint64_t>((b * s.tq + i0) * s.tk + j0), s.tk,
+                               s.dropout_seed, static_cast<float>(s.dropout_p),
+                               static_cast<float>(1.0 / (1.0 - s.dropout_p)));
 }
 
 // The products after the softmax (P v in the forward; P^T dout, dS k and dS^T q in the backward)
@@ -214,7 +229,7 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
         std::vector<float> scores(static_cast<size_t>(kQueryTile * kKeyTile)),
             acc(static_cast<size_t>(rows * s.dv), 0.0f), pv(static_cast<size_t>(rows * s.dv)),
             max(static_cast<size_t>(rows), -std::numeric_limits<float>::infinity()),
-            sum(static_cast<size_t>(rows), 0.0f);
+            sum(static_cast<size_t>(rows), 0.0f), keep(s.dropout_p > 0 ? scores.size() : 0);
         const int64_t keys = keys_seen(s, i0 + rows - 1);  // the tile's last row sees the most
         for (int64_t j0 = 0; j0 < keys; j0 += kKeyTile) {
           const int64_t cols = std::min(kKeyTile, s.tk - j0);
@@ -223,7 +238,10 @@ void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, const At
             gemm(n, seen, s.d, rows_of(q, s.q, b, i0 + r0), transposed(rows_of(k, s.k, b, j0)), scores.data());
             scale_and_mask(scores.data(), n, seen, i0 + r0, j0, s);
             run_loop<OnlineSoftmax>(wide, scores.data(), n, seen, max.data() + r0, sum.data() + r0, acc_rows, s.dv);
-            if (s.dropout_p > 0) drop(scores.data(), n, seen, b, i0 + r0, j0, s);
+            if (s.dropout_p > 0) {
+              dropout_multipliers(wide, keep.data(), n, seen, b, i0 + r0, j0, s);
+              run_loop<ApplyDropout>(wide, scores.data(), scores.data(), keep.data(), n * seen);
+            }
             gemm(n, s.dv, seen, tile_operand(scores.data(), n, seen, rounded), rows_of(v, s.v, b, j0), pv.data());
             for (int64_t i = 0; i < n * s.dv; ++i) acc_rows[i] += pv[static_cast<size_t>(i)];
           });
@@ -266,7 +284,7 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
         std::vector<T> rounded(kRoundsTiles<T> ? static_cast<size_t>(kQueryTile * kKeyTile) : 0);
         std::vector<float> p(static_cast<size_t>(kQueryTile * kKeyTile)), ds(p.size()),
             tmp(static_cast<size_t>(std::max(kQueryTile, kKeyTile) * std::max(s.d, s.dv))),
-            dropped(s.dropout_p > 0 ? p.size() : 0);
+            keep(s.dropout_p > 0 ? p.size() : 0), dropped(keep.size());
         const auto add = [&](float* dst, int64_t n) {
           for (int64_t i = 0; i < n; ++i) dst[i] += tmp[static_cast<size_t>(i)];
         };
@@ -285,8 +303,9 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
               // dv_j += Z^T dout_i, Z = P or, with dropout, P dropped
               const float* z = p.data();
               if (s.dropout_p > 0) {
-                std::copy_n(p.data(), n * seen, dropped.data());
-                drop(dropped.data(), n, seen, b, i, j0, s);
+                dropout_multipliers(wide, keep.data(), n, seen, b, i, j0, s);
+                run_loop<ApplyDropout>(wide, dropped.data(), static_cast<const float*>(p.data()),
+                                       static_cast<const float*>(keep.data()), n * seen);
                 z = dropped.data();
               }
               gemm(seen, s.dv, n, transposed(tile_operand(z, n, seen, rounded)), g_tile, tmp.data());
@@ -294,7 +313,10 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
               // dS = P (dP - delta) scale, dP = dout_i v_j^T (dropped as Z was: delta = rowsum(dout out)
               // still, since out = Z v)
               gemm(n, seen, s.dv, g_tile, transposed(v_tile), ds.data());
-              if (s.dropout_p > 0) drop(ds.data(), n, seen, b, i, j0, s);
+              if (s.dropout_p > 0) {
+                run_loop<ApplyDropout>(wide, ds.data(), static_cast<const float*>(ds.data()),
+                                       static_cast<const float*>(keep.data()), n * seen);
+              }
               const auto scale = static_cast<float>(s.scale);
               run_loop<ScoreGradients>(wide, ds.data(), p.data(), n, seen, delta.data() + i, scale);
               // dq_i += dS k_j;  dk_j += dS^T q_i
