@@ -74,8 +74,8 @@ inline std::unique_ptr<OpWorkload> make_op_workload(const std::string& name) {
       qkv.push_back(randn({2, 12, t, 64}, name.ends_with("_bf16") ? DType::kBFloat16 : DType::kFloat32));
       qkv.back().set_requires_grad(true);
     }
-    const ops::AttentionOptions options{.is_causal = true,
-                                        .dropout_p = name.find("_dropout_") != std::string::npos ? 0.1 : 0.0};
+    const ops::AttentionOptions options{.dropout_p = name.find("_dropout_") != std::string::npos ? 0.1 : 0.0,
+                                        .is_causal = true};
     const double flop = 3.5 * 4.0 * 24 * static_cast<double>(t * t) * 64 / 2;
     return std::make_unique<OpWorkload>(OpWorkload{[qkv, backend, options] {
                                                      ops::AttentionBackendGuard guard(backend);

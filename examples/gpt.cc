@@ -38,7 +38,7 @@ ag::Tensor CausalSelfAttention::forward(const ag::Tensor& x) {
   // c_attn's [B, T, 3C] holds q, k and v, each n_head heads wide: attention reads them there and
   // writes its [B, T, C] output with the heads merged (no split, transpose or merge copies). In
   // training its probabilities are dropped as nanoGPT's (scaled_dot_product_attention's dropout_p).
-  const ag::ops::AttentionOptions options{.is_causal = true, .dropout_p = is_training() ? attn_dropout : 0.0};
+  const ag::ops::AttentionOptions options{.dropout_p = is_training() ? attn_dropout : 0.0, .is_causal = true};
   return resid_dropout(c_proj(ag::ops::self_attention(c_attn(x), n_head, options)));
 }
 

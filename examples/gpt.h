@@ -15,7 +15,10 @@ struct Config {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
-  double dropout = 0.0;  // in training: the embeddings, attention probabilities and residual branches (nanoGPT's)
+  /// Dropout in training on the embeddings, the attention probabilities and the residual branches
+  /// (nanoGPT's). On the CPU the attention's runs inside the fused kernel; CUDA's fused kernels have
+  /// none, so there attention with dropout runs the composed path and keeps its [T, T] scores.
+  double dropout = 0.0;
   /// Recompute each block in the backward instead of keeping its activations
   /// (utils::checkpoint per block): about a block's activations of memory for a second forward.
   bool checkpoint_activations = false;

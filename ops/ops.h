@@ -117,15 +117,17 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 /// Autocast: none (the weight's dtype).
 Tensor embedding(const Tensor& ids, const Tensor& weight);
 /// scaled_dot_product_attention's and self_attention's options beyond the operands (PyTorch's
-/// keyword arguments): ops::scaled_dot_product_attention(q, k, v, {.is_causal = true, .dropout_p = 0.1}).
+/// keyword arguments, in its order): ops::scaled_dot_product_attention(q, k, v, {.dropout_p = 0.1,
+/// .is_causal = true}).
 struct AttentionOptions {
-  bool is_causal = false;  ///< key j left out of query i's row when j > i (top-left aligned)
   /// Dropout on the attention probabilities (before they weight v), kept ones scaled by 1 / (1 - p);
   /// in [0, 1]. As PyTorch's dropout_p it applies whenever given: pass 0 outside training. The
   /// mask is ops::dropout's over the probabilities [..., Tq, Tk] (the same elements from the same
   /// generator state on either path), drawn from the process-wide generator.
   double dropout_p = 0.0;
-  /// The scores' factor: 1 / sqrt(D) when unset (PyTorch's scale=None); finite when given.
+  bool is_causal = false;  ///< key j left out of query i's row when j > i (top-left aligned)
+  /// The scores' factor: 1 / sqrt(D) when unset (PyTorch's scale=None); finite when given. A
+  /// negative one scales q by -sqrt(-scale) and k by sqrt(-scale) on the composed path, as PyTorch.
   std::optional<double> scale = std::nullopt;
 };
 
@@ -139,6 +141,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
                                     const AttentionOptions& options);
 /// scaled_dot_product_attention(q, k, v, {.is_causal = is_causal}).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false);
+/// A number where is_causal goes (PyTorch's positional dropout_p or scale) would become is_causal:
+/// AttentionOptions names them.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, double) = delete;
 /// Multi-head self-attention over a fused qkv projection: qkv [B, T, 3C] holds q, k and v side by
 /// side, each C = n_head x D wide with its heads in order; returns [B, T, C], the heads merged.
 /// The values and gradients of splitting qkv, reshaping each part to [B, T, H, D], transposing it
@@ -148,6 +153,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor self_attention(const Tensor& qkv, int64_t n_head, const AttentionOptions& options);
 /// self_attention(qkv, n_head, {.is_causal = is_causal}).
 Tensor self_attention(const Tensor& qkv, int64_t n_head, bool is_causal = false);
+Tensor self_attention(const Tensor& qkv, int64_t n_head, double) = delete;  ///< as scaled_dot_product_attention's
 
 /// Which implementation scaled_dot_product_attention and self_attention use (PyTorch's SDPBackend).
 enum class AttentionBackend : uint8_t {

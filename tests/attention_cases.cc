@@ -27,9 +27,9 @@ constexpr uint64_t kDropoutSeed = 29;
 TensorFn attention(AttentionBackend backend, const AttentionCase& c) {
   return [backend, c](const std::vector<Tensor>& in) {
     ops::AttentionBackendGuard guard(backend);
-    manual_seed(kDropoutSeed);
+    if (c.dropout_p > 0) manual_seed(kDropoutSeed);
     return ops::scaled_dot_product_attention(in[0], in[1], in[2],
-                                             {.is_causal = c.causal, .dropout_p = c.dropout_p, .scale = c.scale});
+                                             {.dropout_p = c.dropout_p, .is_causal = c.causal, .scale = c.scale});
   };
 }
 
@@ -93,6 +93,8 @@ std::vector<AttentionCase> attention_dropout_cases() {
         {.batch = 2, .heads = 2, .tq = 129, .tk = 129, .d = 64, .dv = 64, .causal = causal, .dropout_p = 0.2});
     cases.push_back(
         {.batch = 1, .heads = 3, .tq = 65, .tk = 200, .d = 32, .dv = 48, .causal = causal, .dropout_p = 0.5});
+    cases.push_back(
+        {.batch = 1, .heads = 2, .tq = 200, .tk = 65, .d = 32, .dv = 32, .causal = causal, .dropout_p = 0.3});
   }
   return cases;
 }
@@ -163,7 +165,7 @@ std::vector<AttentionCase> attention_dropout_cases() {
     if (device == Device::kCPU) cases.push_back({.causal = true, .dropout_p = 0.25});  // CUDA: composed
     for (const AttentionCase& option : cases) {
       const ops::AttentionOptions options{
-          .is_causal = option.causal, .dropout_p = option.dropout_p, .scale = option.scale};
+          .dropout_p = option.dropout_p, .is_causal = option.causal, .scale = option.scale};
       const std::string name = std::string(dtype_name(dtype)) + " [" + std::to_string(batch) + ", " +
                                std::to_string(t) + ", 3 x " + std::to_string(heads) + " x " + std::to_string(d) +
                                "]" + (option.causal ? " causal" : "") + (option.scale ? " scale 0.3" : "") +
@@ -171,7 +173,7 @@ std::vector<AttentionCase> attention_dropout_cases() {
       const Evaluated packed = evaluate(
           [&](const std::vector<Tensor>& in) {
             ops::AttentionBackendGuard fused(AttentionBackend::kFused);
-            manual_seed(kDropoutSeed);
+            if (option.dropout_p > 0) manual_seed(kDropoutSeed);
             return ops::self_attention(in[0], heads, options);
           },
           inputs, dtype, device);

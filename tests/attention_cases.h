@@ -20,11 +20,12 @@ struct AttentionCase {
 
 /// Ragged lengths (1, 63, 64, 65, 127, 128, 129: about the CUDA and CPU tiles' edges) x head sizes
 /// (16, 64, 80, 128), causal or not; then long (1000) and unequal (Tq 65 / Tk 200, Tq 200 / Tk 65,
-/// with Dv != D) sequences, head sizes that are not multiples of 8, scales given (1 / D, as muP,
-/// and a negative one) and dropout (the fused kernel only on the CPU).
+/// with Dv != D) sequences, head sizes that are not multiples of 8, and scales given (1 / D, as
+/// muP, and a negative one).
 std::vector<AttentionCase> attention_cases();
-/// Cases with dropout on the probabilities (p 0.2 and 0.5), causal or not, Tq != Tk: the fused
-/// kernel must drop what the composed path's ops::dropout drops (the CPU's; CUDA composes).
+/// Cases with dropout on the probabilities (p 0.2, 0.3 and 0.5), causal or not, Tq < Tk and
+/// Tq > Tk: the fused kernel must drop what the composed path's ops::dropout drops (the CPU's;
+/// CUDA composes).
 std::vector<AttentionCase> attention_dropout_cases();
 
 /// For each of `dtypes` on `device`: the fused path's worst error (output and each gradient,

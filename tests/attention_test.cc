@@ -6,6 +6,8 @@
 // in a fused qkv projection.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -33,14 +35,24 @@ Tensor values(Shape shape, uint64_t seed, double magnitude = 1.0) {
                              shape, DType::kFloat64);
 }
 
-ag::test::TensorFn attention(AttentionBackend backend, bool causal) {
-  return [backend, causal](const std::vector<Tensor>& in) {
+ag::test::TensorFn attention(AttentionBackend backend, bool causal, double dropout_p = 0.0) {
+  return [backend, causal, dropout_p](const std::vector<Tensor>& in) {
     AttentionBackendGuard guard(backend);
-    return ag::ops::scaled_dot_product_attention(in[0], in[1], in[2], causal);
+    ag::manual_seed(11);  // the same dropout mask every time
+    return ag::ops::scaled_dot_product_attention(in[0], in[1], in[2], {.dropout_p = dropout_p, .is_causal = causal});
   };
 }
 
 const std::vector<DType> kCpuDTypes = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+
+// A number where is_causal goes (PyTorch's positional dropout_p or scale) does not compile: it
+// would have become is_causal = true. AttentionOptions names them.
+template <typename Arg>
+concept TakesAsIsCausal = requires(const Tensor& t, Arg arg) { ag::ops::scaled_dot_product_attention(t, t, t, arg); };
+template <typename Arg>
+concept SelfAttentionTakesAsIsCausal = requires(const Tensor& t, Arg arg) { ag::ops::self_attention(t, 2, arg); };
+static_assert(TakesAsIsCausal<bool> && !TakesAsIsCausal<double> && !TakesAsIsCausal<float>);
+static_assert(SelfAttentionTakesAsIsCausal<bool> && !SelfAttentionTakesAsIsCausal<double>);
 
 TEST(FusedAttention, MatchesFloat64AtLeastAsWellAsTheComposedPath) {
   for (const ag::test::AttentionCase& c : ag::test::attention_cases()) {
@@ -70,14 +82,41 @@ TEST(FusedAttention, KeepsNothingOfSizeTByTForTheBackward) {
 TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {
   const std::vector<Tensor> inputs = {values({2, 3, 150, 32}, 1), values({2, 3, 150, 32}, 2), values({2, 3, 150, 32}, 3)};
   const int threads = ag::num_threads();
-  ag::set_num_threads(1);
-  const ag::test::Evaluated one = ag::test::evaluate(attention(AttentionBackend::kFused, true), inputs, DType::kBFloat16);
-  ag::set_num_threads(3);
-  const ag::test::Evaluated three =
-      ag::test::evaluate(attention(AttentionBackend::kFused, true), inputs, DType::kBFloat16);
-  ag::set_num_threads(threads);
-  EXPECT_EQ(one.out, three.out);
-  EXPECT_EQ(one.grads, three.grads);
+  for (double dropout_p : {0.0, 0.3}) {
+    ag::set_num_threads(1);
+    const ag::test::Evaluated one =
+        ag::test::evaluate(attention(AttentionBackend::kFused, true, dropout_p), inputs, DType::kBFloat16);
+    ag::set_num_threads(3);
+    const ag::test::Evaluated three =
+        ag::test::evaluate(attention(AttentionBackend::kFused, true, dropout_p), inputs, DType::kBFloat16);
+    ag::set_num_threads(threads);
+    EXPECT_EQ(one.out, three.out) << "dropout " << dropout_p;
+    EXPECT_EQ(one.grads, three.grads) << "dropout " << dropout_p;
+  }
+}
+
+// Under BF16 autocast the fused kernel (on the cast inputs) and the composed path (bfloat16
+// matmuls, float32 softmax and dropout) drop the same probabilities: their outputs agree to
+// bfloat16's rounding, while another mask's output is far off.
+TEST(FusedAttention, DropoutUnderAutocastDropsWhatTheComposedPathDrops) {
+  const Tensor q = values({2, 2, 70, 32}, 1).to(DType::kFloat32), k = values({2, 2, 90, 32}, 2).to(DType::kFloat32);
+  const Tensor v = values({2, 2, 90, 32}, 3).to(DType::kFloat32);
+  const auto run = [&](AttentionBackend backend, uint64_t seed) {
+    AttentionBackendGuard guard(backend);
+    ag::amp::AutocastGuard autocast(ag::Device::kCPU, DType::kBFloat16);
+    ag::manual_seed(seed);
+    const Tensor out = ag::ops::scaled_dot_product_attention(q, k, v, {.dropout_p = 0.4, .is_causal = true});
+    EXPECT_EQ(out.dtype(), DType::kBFloat16);
+    return out.to_double_vector();
+  };
+  const auto largest_difference = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+    return d;
+  };
+  const std::vector<double> fused = run(AttentionBackend::kFused, 3);
+  EXPECT_LT(largest_difference(fused, run(AttentionBackend::kComposed, 3)), 0.05);
+  EXPECT_GT(largest_difference(fused, run(AttentionBackend::kComposed, 4)), 0.3);
 }
 
 // The loops between the CPU kernel's tile products (the online softmax, the backward's
@@ -213,7 +252,7 @@ TEST(FusedAttention, DropoutDrawsLikeTheComposedPathAndChecksItsProbability) {
       ag::manual_seed(5);
       Tensor leaf = q.detach();
       leaf.set_requires_grad(true);
-      const Tensor out = ag::ops::scaled_dot_product_attention(leaf, leaf, v, {.is_causal = true, .dropout_p = p});
+      const Tensor out = ag::ops::scaled_dot_product_attention(leaf, leaf, v, {.dropout_p = p, .is_causal = true});
       ag::ops::sum(out).backward();
       next.push_back(ag::random::next_u64());
       if (p == 1.0) {

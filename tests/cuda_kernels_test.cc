@@ -592,7 +592,7 @@ TEST(CudaKernels, FusedAttentionKeepsNoScoresAndFallsBackWhereItDoesNotApply) {
                                           std::tuple{DType::kBFloat16, int64_t{64}, 0.2}}) {
     Tensor q = random_tensor({1, 2, 40, d}, dtype, 7, Device::kCUDA);
     q.set_requires_grad(true);
-    const ag::ops::AttentionOptions options{.is_causal = true, .dropout_p = dropout};
+    const ag::ops::AttentionOptions options{.dropout_p = dropout, .is_causal = true};
     EXPECT_EQ(ag::ops::scaled_dot_product_attention(q, q, q, options).grad_fn()->name(), "matmul");
     ag::ops::AttentionBackendGuard fused(ag::ops::AttentionBackend::kFused);
     EXPECT_TRUE(agt::throws_error([&] { ag::ops::scaled_dot_product_attention(q, q, q, options); },

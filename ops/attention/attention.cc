@@ -3,8 +3,8 @@
 // self_attention, the same over the heads of a fused qkv projection, read and written in place.
 //   fused (attention_kernels.h): one op on the tape that saves q, k, v, the output and each row's
 //     log-sum-exp; its backward recomputes the probabilities tile by tile.
-//   composed, as PyTorch's math path: matmul (lower precision under autocast) and softmax (float32),
-//     each recorded, so the [..., Tq, Tk] scores and probabilities live until the backward.
+//   composed, as PyTorch's math path: matmul (lower precision under autocast), softmax (float32) and
+//     dropout, each recorded, so the [..., Tq, Tk] scores and probabilities live until the backward.
 #include <cmath>
 
 #include "framework/autocast.h"
@@ -175,7 +175,7 @@ Settings settings_of(const char* op, const AttentionOptions& options, int64_t d)
   AG_CHECK(!options.scale || std::isfinite(*options.scale), op, ": scale must be finite, got ", *options.scale,
            "; hint: leave it unset for 1 / sqrt(D)");
   AG_CHECK(options.dropout_p >= 0.0 && options.dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ",
-           options.dropout_p, "; hint: pass 0 outside training");
+           options.dropout_p, "; hint: it is the probability of dropping each attention weight (0 outside training)");
   return {.causal = options.is_causal,
           .scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(d)),
           .dropout_p = options.dropout_p};
@@ -189,12 +189,11 @@ void draw_dropout_seed(Settings& settings) {
 }
 
 Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Settings& settings) {
-  // q and k are each scaled by sqrt(scale) (D^-1/4 by default) before their product, as PyTorch's
-  // math path: the scores of large q and k then stay finite in float16 where q k^T alone would
-  // overflow. A scale of 0 or below has no square root: the product is scaled instead.
-  const double factor = settings.scale, root = std::sqrt(factor);
-  const Tensor scores = factor > 0 ? matmul(scale(q, root), transpose(scale(k, root), -2, -1))
-                                   : scale(matmul(q, transpose(k, -2, -1)), factor);
+  // q and k are each scaled by sqrt(|scale|) (D^-1/4 by default), q's negated for a negative
+  // scale, before their product, as PyTorch's math path: the scores of large q and k then stay
+  // finite in float16 where q k^T alone would overflow.
+  const double root = std::sqrt(std::abs(settings.scale));
+  const Tensor scores = matmul(scale(q, settings.scale < 0 ? -root : root), transpose(scale(k, root), -2, -1));
   const Tensor p = settings.causal ? causal_softmax(scores) : softmax(scores, -1);
   return matmul(dropout(p, settings.dropout_p), v);
 }

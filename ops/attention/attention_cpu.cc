@@ -124,7 +124,7 @@ void dropout_multipliers(bool wide, float* multipliers, int64_t rows, int64_t co
                          const AttentionShape& s) {
   run_loop<DropoutMultipliers>(wide, multipliers, rows, cols, static_cast<uint64_t>((b * s.tq + i0) * s.tk + j0), s.tk,
                                s.dropout_seed, static_cast<float>(s.dropout_p),
-                               static_cast<float>(1.0 / (1.0 - s.dropout_p)));
+                               s.dropout_p < 1 ? static_cast<float>(1.0 / (1.0 - s.dropout_p)) : 0.0f);
 }
 
 // The products after the softmax (P v in the forward; P^T dout, dS k and dS^T q in the backward)
@@ -195,8 +195,8 @@ struct Probabilities {
   }
 };
 
-// dS = P (dP - delta) scale over [rows, cols], where ds holds dP = dout v^T on entry and delta
-// has one value per row.
+// dS = P (dP - delta) scale over [rows, cols], where ds holds dP on entry (dout v^T, dropped as P
+// was) and delta has one value per row.
 struct ScoreGradients {
   [[gnu::always_inline]] static void run(float* ds, const float* p, int64_t rows, int64_t cols, const float* delta,
                                          float scale) {

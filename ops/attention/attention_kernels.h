@@ -1,5 +1,5 @@
-// Fused attention (the FlashAttention-2 algorithm): softmax(q k^T * scale [causal]) v without
-// the [Tq, Tk] scores in memory. The forward walks key/value tiles for each query tile with an
+// Fused attention (the FlashAttention-2 algorithm): dropout(softmax(q k^T * scale [causal])) v
+// without the [Tq, Tk] scores in memory. The forward walks key/value tiles for each query tile with an
 // online softmax in float32 and keeps only the output and each query row's log-sum-exp; the
 // backward recomputes the probabilities tile by tile from it. Callers have checked
 // shapes, dtypes and devices; outputs are preallocated and overwritten.
@@ -82,8 +82,9 @@ inline void flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, c
 }
 
 // dq, dk, dv (q's, k's, v's shapes and dtype) from the forward's out and lse and the output's
-// gradient dout: dv = P^T dout, dS = P (dout v^T - rowsum(dout out)), dq = dS k scale,
-// dk = dS^T q scale, with P recomputed tile by tile. Each is summed in float32 and rounded once
+// gradient dout: dv = Z^T dout, dS = P (dP - rowsum(dout out)), dq = dS k scale, dk = dS^T q scale,
+// with P recomputed tile by tile, Z = P and dP = dout v^T (with dropout: both dropped, kept ones
+// times 1 / (1 - p), the mask regenerated from its seed). Each is summed in float32 and rounded once
 // (the products take P and dS rounded to the inputs' dtype, as FlashAttention's: on CUDA's tensor
 // cores for float16 and bfloat16, on the CPU for bfloat16); no atomics on either backend, so the
 // gradients are deterministic. `isa` as flash_attention's.
