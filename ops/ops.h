@@ -118,8 +118,12 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor embedding(const Tensor& ids, const Tensor& weight);
 /// scaled_dot_product_attention's and self_attention's options beyond the operands (PyTorch's
 /// keyword arguments, in its order): ops::scaled_dot_product_attention(q, k, v, {.dropout_p = 0.1,
-/// .is_causal = true}).
+/// .is_causal = true}). A boolean mask has no dtype here: pass its additive form (0 / -inf).
 struct AttentionOptions {
+  /// Added to the scaled scores before the softmax (PyTorch's float attn_mask: 0 where a key takes
+  /// part, -inf where it does not, or any bias), broadcastable to [..., Tq, Tk]; its gradient
+  /// flows where it requires one. Not with is_causal. Undefined: none. Runs the composed path.
+  Tensor attn_mask{};
   /// Dropout on the attention probabilities (before they weight v), kept ones scaled by 1 / (1 - p);
   /// in [0, 1]. As PyTorch's dropout_p it applies whenever given: pass 0 outside training. The
   /// mask is ops::dropout's over the probabilities [..., Tq, Tk] (the same elements from the same
@@ -132,7 +136,8 @@ struct AttentionOptions {
 };
 
 /// softmax(q k^T scale) v for q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] (batch dimensions
-/// broadcast), with AttentionOptions' causal mask, dropout and scale (1 / sqrt(D) by default).
+/// broadcast), with AttentionOptions' mask (additive, or causal), dropout and scale (1 / sqrt(D)
+/// by default).
 /// Autocast: lower precision. Where it applies (see AttentionBackend) a fused kernel runs: the
 /// FlashAttention-2 algorithm, float32 accumulation and softmax, nothing of size Tq x Tk kept for
 /// the backward (dropout's mask is regenerated from its seed). Elsewhere it is composed from

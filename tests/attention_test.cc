@@ -232,6 +232,52 @@ TEST(FusedAttention, ScaleDefaultsToOneOverTheRootOfTheHeadSizeAndMustBeFinite) 
   }
 }
 
+// An additive attn_mask (PyTorch's float mask): -inf above the diagonal is is_causal (in float64 on
+// the composed path); a bias broadcast over the batch gets its gradient (finite differences, q, k,
+// v and the mask); the fused kernels do not take one (kFused says so), and the bad forms are errors.
+TEST(AttentionMask, IsAddedToTheScoresAndGetsItsGradient) {
+  const Tensor q = values({2, 6, 8}, 1), k = values({2, 9, 8}, 2), v = values({2, 9, 4}, 3);
+  std::vector<double> causal_mask(6 * 9);
+  for (int64_t i = 0; i < 6; ++i) {
+    for (int64_t j = 0; j < 9; ++j) causal_mask[static_cast<size_t>(i * 9 + j)] = j > i ? -INFINITY : 0.0;
+  }
+  const Tensor mask = Tensor::from_vector(causal_mask, {6, 9}, DType::kFloat64);
+  const ag::test::Evaluated masked = ag::test::evaluate(
+      [&](const std::vector<Tensor>& in) {
+        return ag::ops::scaled_dot_product_attention(in[0], in[1], in[2], {.attn_mask = mask});
+      },
+      {q, k, v}, DType::kFloat64);
+  const ag::test::Evaluated causal =
+      ag::test::evaluate(attention(AttentionBackend::kComposed, true), {q, k, v}, DType::kFloat64);
+  ASSERT_EQ(masked.out.size(), causal.out.size());
+  for (size_t i = 0; i < masked.out.size(); ++i) EXPECT_NEAR(masked.out[i], causal.out[i], 1e-14);
+  for (size_t g = 0; g < 3; ++g) {
+    for (size_t i = 0; i < masked.grads[g].size(); ++i) EXPECT_NEAR(masked.grads[g][i], causal.grads[g][i], 1e-14);
+  }
+  EXPECT_TRUE(ag::test::gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return ag::ops::scaled_dot_product_attention(in[0], in[1], in[2], {.attn_mask = in[3], .scale = 0.3});
+      },
+      {q, k, v, values({1, 6, 9}, 5)}));
+  const Tensor f = q.to(DType::kFloat32);
+  const Tensor bias = values({6, 9}, 6).to(DType::kFloat32);
+  {
+    AttentionBackendGuard fused(AttentionBackend::kFused);
+    EXPECT_TRUE(ag::test::throws_error(
+        [&] { ag::ops::scaled_dot_product_attention(f, f, f, {.attn_mask = values({6, 6}, 7).to(DType::kFloat32)}); },
+        {"scaled_dot_product_attention", "attn_mask", "kFused"}));
+  }
+  EXPECT_TRUE(ag::test::throws_error(
+      [&] { ag::ops::scaled_dot_product_attention(f, k.to(DType::kFloat32), v.to(DType::kFloat32),
+                                                  {.attn_mask = bias, .is_causal = true}); },
+      {"scaled_dot_product_attention", "attn_mask and is_causal"}));
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>(36, 0), {6, 6});
+  EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::scaled_dot_product_attention(f, f, f, {.attn_mask = ids}); },
+                                     {"scaled_dot_product_attention", "floating-point additive mask", "int64"}));
+  EXPECT_TRUE(ag::test::throws_error(
+      [&] { ag::ops::scaled_dot_product_attention(f, f, f, {.attn_mask = bias}); }, {"[6, 9]", "[2, 6, 6]"}));
+}
+
 // Dropout on the probabilities: the fused kernel drops the elements the composed path's
 // ops::dropout drops from the same generator state (else its values would be far off the float64
 // reference's), in values and gradients.

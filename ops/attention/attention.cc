@@ -25,6 +25,7 @@ thread_local AttentionBackend tls_backend = AttentionBackend::kAuto;
 // One call's options as the kernels take them: the scale resolved, and dropout's seed drawn once
 // (the backward regenerates the forward's mask from it).
 struct Settings {
+  Tensor mask;  // additive, composed path only
   bool causal = false;
   double scale = 1.0;
   double dropout_p = 0.0;
@@ -149,6 +150,7 @@ DType dtype_under_autocast(const Tensor& x) {
 // Why the fused kernel does not apply to these inputs, or nullptr when it does. The dtypes are
 // judged as autocast will leave them: float32 and 16-bit inputs become its dtype, float64 stays.
 const char* why_not_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Settings& settings) {
+  if (settings.mask.defined()) return "an attn_mask is given (the fused kernels take is_causal only)";
   for (const Tensor* t : {&q, &k, &v}) {
     if (t->dtype() == DType::kFloat64) return "float64 inputs run the composed path";
     if (dtype_under_autocast(*t) != dtype_under_autocast(q)) return "q, k and v have different dtypes";
@@ -164,19 +166,30 @@ const char* why_not_fused(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 // The same for self_attention's qkv [B, T, 3C] in n_head heads.
 const char* why_not_fused(const Tensor& qkv, int64_t n_head, const Settings& settings) {
+  if (settings.mask.defined()) return "an attn_mask is given (the fused kernels take is_causal only)";
   if (qkv.numel() == 0) return "an input is empty";
   const int64_t d = qkv.size(2) / 3 / n_head;
   return why_kernels_do_not_apply(qkv.device(), dtype_under_autocast(qkv), qkv.size(0) * n_head, d, d, settings);
 }
 
 // The options checked, the scale resolved (`scale` where given, else 1 / sqrt(D), PyTorch's
-// scale=None) and dropout's seed left to draw_dropout_seed.
+// scale=None) and dropout's seed left to draw_dropout_seed. The mask's shape is add's to check
+// (it broadcasts to the scores or is an error naming both).
 Settings settings_of(const char* op, const AttentionOptions& options, int64_t d) {
   AG_CHECK(!options.scale || std::isfinite(*options.scale), op, ": scale must be finite, got ", *options.scale,
            "; hint: leave it unset for 1 / sqrt(D)");
   AG_CHECK(options.dropout_p >= 0.0 && options.dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ",
            options.dropout_p, "; hint: it is the probability of dropping each attention weight (0 outside training)");
-  return {.causal = options.is_causal,
+  if (options.attn_mask.defined()) {
+    AG_CHECK(!options.is_causal, op, ": attn_mask and is_causal were both given, ", options.attn_mask.to_string(),
+             "; hint: add the causal mask (-inf above the diagonal) into attn_mask, or leave attn_mask unset");
+    const DType mask_dtype = options.attn_mask.dtype();
+    AG_CHECK(dtype_info(mask_dtype).is_floating && is_compute(mask_dtype), op,
+             ": attn_mask must be a floating-point additive mask, got ", options.attn_mask.to_string(),
+             "; hint: 0 where a key takes part and -inf where it does not");
+  }
+  return {.mask = options.attn_mask,
+          .causal = options.is_causal,
           .scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(d)),
           .dropout_p = options.dropout_p};
 }
@@ -193,7 +206,8 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   // scale, before their product, as PyTorch's math path: the scores of large q and k then stay
   // finite in float16 where q k^T alone would overflow.
   const double root = std::sqrt(std::abs(settings.scale));
-  const Tensor scores = matmul(scale(q, settings.scale < 0 ? -root : root), transpose(scale(k, root), -2, -1));
+  Tensor scores = matmul(scale(q, settings.scale < 0 ? -root : root), transpose(scale(k, root), -2, -1));
+  if (settings.mask.defined()) scores = add(scores, settings.mask);
   const Tensor p = settings.causal ? causal_softmax(scores) : softmax(scores, -1);
   return matmul(dropout(p, settings.dropout_p), v);
 }
@@ -216,6 +230,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   AG_CHECK(q.size(-1) == k.size(-1), kOp, ": q and k must have the same head size D, got ", all());
   AG_CHECK(k.size(-2) == v.size(-2), kOp, ": k and v must have the same length, got ", all());
   Settings settings = settings_of(kOp, options, q.size(-1));
+  if (settings.mask.defined()) check_same_device(kOp, {{"q", &q}, {"attn_mask", &settings.mask}});
   const char* why_not = tls_backend == AttentionBackend::kComposed ? "" : why_not_fused(q, k, v, settings);
   if (why_not == nullptr) {
     draw_dropout_seed(settings);
