@@ -82,6 +82,9 @@ Tensor mse_loss(const Tensor& pred, const Tensor& target);
 /// softmax / log_softmax along dim, computed with the maximum subtracted (large inputs stay
 /// finite). Autocast: float32.
 Tensor softmax(const Tensor& x, int64_t dim);
+/// softmax, except that a row whose inputs are all -inf (every key masked out) gives 0s and a zero
+/// gradient instead of NaN: PyTorch's attention math path (torch._safe_softmax). Autocast: float32.
+Tensor safe_softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);  ///< log(softmax(x)), without forming softmax
 /// softmax over the last dimension of x [..., Tq, Tk] where element (i, j) with j > i is masked out
 /// (probability 0): attention that may not look ahead, aligned top-left as PyTorch's is_causal

@@ -234,7 +234,8 @@ TEST(FusedAttention, ScaleDefaultsToOneOverTheRootOfTheHeadSizeAndMustBeFinite) 
 
 // An additive attn_mask (PyTorch's float mask): -inf above the diagonal is is_causal (in float64 on
 // the composed path); a bias broadcast over the batch gets its gradient (finite differences, q, k,
-// v and the mask); the fused kernels do not take one (kFused says so), and the bad forms are errors.
+// v and the mask); a fully masked row gives 0s; the fused kernels do not take one (kFused says
+// so), and the bad forms are errors.
 TEST(AttentionMask, IsAddedToTheScoresAndGetsItsGradient) {
   const Tensor q = values({2, 6, 8}, 1), k = values({2, 9, 8}, 2), v = values({2, 9, 4}, 3);
   std::vector<double> causal_mask(6 * 9);
@@ -259,6 +260,23 @@ TEST(AttentionMask, IsAddedToTheScoresAndGetsItsGradient) {
         return ag::ops::scaled_dot_product_attention(in[0], in[1], in[2], {.attn_mask = in[3], .scale = 0.3});
       },
       {q, k, v, values({1, 6, 9}, 5)}));
+  // A query row the mask leaves no key gives 0s and gradients of 0, not NaN (PyTorch 2.5 and later).
+  std::vector<double> padded(6 * 9, 0.0);
+  std::fill(padded.begin() + 2 * 9, padded.begin() + 3 * 9, -INFINITY);  // row 2 sees nothing
+  const ag::test::Evaluated empty_row = ag::test::evaluate(
+      [&](const std::vector<Tensor>& in) {
+        return ag::ops::scaled_dot_product_attention(
+            in[0], in[1], in[2], {.attn_mask = Tensor::from_vector(padded, {6, 9}, DType::kFloat32)});
+      },
+      {q, k, v}, DType::kFloat32);
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(empty_row.out[static_cast<size_t>((b * 6 + 2) * 4 + c)], 0.0);
+    for (int64_t c = 0; c < 8; ++c) EXPECT_EQ(empty_row.grads[0][static_cast<size_t>((b * 6 + 2) * 8 + c)], 0.0);
+  }
+  for (const std::vector<double>& g : empty_row.grads) {
+    EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](double x) { return std::isfinite(x); }));
+  }
+  EXPECT_NE(empty_row.out[0], 0.0);
   const Tensor f = q.to(DType::kFloat32);
   const Tensor bias = values({6, 9}, 6).to(DType::kFloat32);
   {

@@ -58,6 +58,8 @@ void append_model_cases(std::vector<OpCase>& cases) {
   add("softmax_dim0", {{4, 3}}, [](In t) { return ops::softmax(t[0], 0); },
       [](Refs v) { return permute_ref(softmax_ref(permute_ref(v[0], {4, 3}, {1, 0}), 4), {3, 4}, {1, 0}); },
       {.k = 8, .magnitude = 1});
+  add("safe_softmax", {{3, 6}}, [](In t) { return ops::safe_softmax(t[0], -1); },  // finite rows: softmax
+      [](Refs v) { return softmax_ref(v[0], 6); }, {.k = 8, .magnitude = 1});
   add("log_softmax", {{3, 6}}, [](In t) { return ops::log_softmax(t[0], 1); },
       [](Refs v) { return softmax_ref(v[0], 6, true); }, {.k = 8, .magnitude = 4});
   add("causal_softmax", {{2, 3, 5}}, [](In t) { return ops::causal_softmax(t[0]); },

@@ -208,7 +208,8 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   const double root = std::sqrt(std::abs(settings.scale));
   Tensor scores = matmul(scale(q, settings.scale < 0 ? -root : root), transpose(scale(k, root), -2, -1));
   if (settings.mask.defined()) scores = add(scores, settings.mask);
-  const Tensor p = settings.causal ? causal_softmax(scores) : softmax(scores, -1);
+  // A row the mask leaves no key gives 0s, not NaN, as PyTorch's (2.5 and later) math path.
+  const Tensor p = settings.causal ? causal_softmax(scores) : safe_softmax(scores, -1);
   return matmul(dropout(p, settings.dropout_p), v);
 }
 

@@ -20,6 +20,7 @@ int64_t normalize_dim(const char* op, int64_t dim, int64_t rank);  // shape.cc
 namespace {
 
 using kernels::Causal;
+using kernels::EmptyRows;
 using kernels::SoftmaxKind;
 
 template <SoftmaxKind kKind>
@@ -27,12 +28,13 @@ struct Softmax {
   static constexpr OpInfo kInfo{kKind == SoftmaxKind::kSoftmax ? "softmax" : "log_softmax", CastPolicy::kFloat32};
   int64_t dim;  // normalised
   Causal causal = Causal::kNo;
+  EmptyRows empty_rows = EmptyRows::kNaN;
 
   void check(const Tensor& x) const { AG_CHECK(x.defined(), kInfo.name, ": input is undefined"); }
 
   Tensor forward(SavedTensors& saved, const Tensor& x) const {
     Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-    kernels::softmax(x, dim, kKind, causal, y);
+    kernels::softmax(x, dim, kKind, causal, empty_rows, y);
     saved.save(y.detach());  // the backward needs only the output (saved detached: no cycle)
     return y;
   }
@@ -142,6 +144,13 @@ Tensor cross_entropy_op(const char* name, kernels::ClassScores scores, const Ten
 Tensor softmax(const Tensor& x, int64_t dim) {
   AG_CHECK(x.defined(), "softmax: input is undefined");
   return dispatch(Softmax<SoftmaxKind::kSoftmax>{.dim = normalize_dim("softmax", dim, x.dim())}, x);
+}
+
+Tensor safe_softmax(const Tensor& x, int64_t dim) {
+  AG_CHECK(x.defined(), "safe_softmax: input is undefined");
+  return dispatch(Softmax<SoftmaxKind::kSoftmax>{.dim = normalize_dim("safe_softmax", dim, x.dim()),
+                                                 .empty_rows = EmptyRows::kZero},
+                  x);
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {

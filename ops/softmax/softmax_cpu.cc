@@ -46,10 +46,11 @@ void scatter(const C* src, int64_t n, T* dst, int64_t base, int64_t stride) {
 }
 
 // softmax in place over n values, of which the first `valid` take part (the rest are masked: 0).
+// The sum is 0 only where every term is -inf (the maximum's own term is exp(0) = 1 otherwise).
 template <typename C>
-void softmax_row(C* v, int64_t n, int64_t valid) {
+void softmax_row(C* v, int64_t n, int64_t valid, EmptyRows empty_rows) {
   const double sum = sum_exp<true>(v, valid, finite_shift(row_max(v, valid)), v);
-  const C inv = static_cast<C>(1.0 / sum);
+  const C inv = empty_rows == EmptyRows::kZero && sum == 0.0 ? C(0) : static_cast<C>(1.0 / sum);
   for (int64_t j = 0; j < valid; ++j) v[j] *= inv;
   for (int64_t j = valid; j < n; ++j) v[j] = C(0);
 }
@@ -64,7 +65,7 @@ void log_softmax_row(C* v, int64_t n) {
 
 }  // namespace
 
-void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y) {
+void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, EmptyRows empty_rows, Tensor& y) {
   const AlongDim v = along_dim(x.shape(), dim);
   const int64_t tq = causal == Causal::kYes && x.dim() >= 2 ? x.size(-2) : 1;
   visit_floating_dtype(x.dtype(), [&](auto t) {
@@ -79,7 +80,7 @@ void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tens
       } else {
         // Causal: the row's index within the trailing [Tq, Tk] matrix decides how many columns it sees.
         const int64_t valid = causal == Causal::kYes ? std::min(v.size, row % tq + 1) : v.size;
-        softmax_row(buf, v.size, valid);
+        softmax_row(buf, v.size, valid, empty_rows);
       }
       scatter(buf, v.size, out, base, v.inner);
     });

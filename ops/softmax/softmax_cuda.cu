@@ -43,7 +43,8 @@ __device__ double block_sum(double v) {
 // x, y are (outer, size, inner): block b handles row (b / inner, :, b % inner). valid(b) columns
 // take part (causal masking); the rest get 0.
 template <typename T>
-__global__ void softmax_kernel(const T* x, T* y, int64_t size, int64_t inner, bool log_kind, bool causal, int64_t tq) {
+__global__ void softmax_kernel(const T* x, T* y, int64_t size, int64_t inner, bool log_kind, bool causal, int64_t tq,
+                               bool zero_empty_rows) {
   using C = Compute<T>;
   const int64_t row = blockIdx.x;
   const int64_t base = (row / inner) * size * inner + row % inner;
@@ -61,7 +62,8 @@ __global__ void softmax_kernel(const T* x, T* y, int64_t size, int64_t inner, bo
   }
   const double sum = block_sum(local_sum);
   const C log_sum = static_cast<C>(::log(sum));
-  const C inv = static_cast<C>(1.0 / sum);
+  // The sum is 0 only where every term is -inf (the maximum's own term is exp(0) = 1 otherwise).
+  const C inv = zero_empty_rows && sum == 0.0 ? C(0) : static_cast<C>(1.0 / sum);
   for (int64_t j = threadIdx.x; j < size; j += blockDim.x) {
     const C v = dload(x[base + j * inner]) - shift;
     C out;
@@ -171,7 +173,7 @@ unsigned grid_of(int64_t rows, const char* what) {
 
 }  // namespace
 
-void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y) {
+void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, EmptyRows empty_rows, Tensor& y) {
   const AlongDim v = along_dim(x.shape(), dim);
   const int64_t rows = v.outer * v.inner;
   if (rows == 0 || v.size == 0) return;
@@ -180,7 +182,7 @@ void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tens
     using T = DeviceType<decltype(t)>;
     softmax_kernel<T><<<grid_of(rows, "softmax"), kThreads>>>(
         static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), v.size, v.inner,
-        kind == SoftmaxKind::kLogSoftmax, causal == Causal::kYes, tq);
+        kind == SoftmaxKind::kLogSoftmax, causal == Causal::kYes, tq, empty_rows == EmptyRows::kZero);
     AG_CUDA_CHECK_LAUNCH("softmax_kernel");
   });
 }

@@ -13,12 +13,19 @@ enum class SoftmaxKind : bool { kSoftmax, kLogSoftmax };
 /// Causal masking of the last two dimensions [..., Tq, Tk] (softmax only): element (i, j) is left
 /// out (probability 0) when j > i (top-left aligned, as PyTorch's is_causal).
 enum class Causal : bool { kNo, kYes };
+/// What softmax gives for a row whose inputs are all -inf (no term): NaN, as torch.softmax, or 0
+/// (PyTorch's attention math path, torch._safe_softmax).
+enum class EmptyRows : bool { kNaN, kZero };
 
 // y = softmax(x) or log_softmax(x) along `dim` (non-negative; the last one when causal).
-namespace cpu { void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y); }
-namespace cuda { void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y); }
-inline void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, Tensor& y) {
-  AG_ON_BACKEND(y.device(), softmax, x, dim, kind, causal, y);
+namespace cpu {
+void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, EmptyRows empty_rows, Tensor& y);
+}
+namespace cuda {
+void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, EmptyRows empty_rows, Tensor& y);
+}
+inline void softmax(const Tensor& x, int64_t dim, SoftmaxKind kind, Causal causal, EmptyRows empty_rows, Tensor& y) {
+  AG_ON_BACKEND(y.device(), softmax, x, dim, kind, causal, empty_rows, y);
 }
 
 // From the forward's output y and dy along `dim`: softmax dx = y (dy - sum(dy y)); log_softmax
