@@ -124,8 +124,10 @@ Tensor embedding(const Tensor& ids, const Tensor& weight);
 /// .is_causal = true}). A boolean mask has no dtype here: pass its additive form (0 / -inf).
 struct AttentionOptions {
   /// Added to the scaled scores before the softmax (PyTorch's float attn_mask: 0 where a key takes
-  /// part, -inf where it does not, or any bias), broadcastable to [..., Tq, Tk]; its gradient
-  /// flows where it requires one. Not with is_causal. Undefined: none. Runs the composed path.
+  /// part, -inf where it does not, or any bias), float32 or q's dtype, broadcastable to the scores
+  /// [..., Tq, Tk] and added in their dtype (the 16-bit one under autocast); its gradient flows
+  /// where it requires one. A query row it leaves no key gives 0s (safe_softmax), as PyTorch's.
+  /// Not with is_causal. Undefined: none. Runs the composed path.
   Tensor attn_mask{};
   /// Dropout on the attention probabilities (before they weight v), kept ones scaled by 1 / (1 - p);
   /// in [0, 1]. As PyTorch's dropout_p it applies whenever given: pass 0 outside training. The
@@ -150,7 +152,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 /// scaled_dot_product_attention(q, k, v, {.is_causal = is_causal}).
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false);
 /// A number where is_causal goes (PyTorch's positional dropout_p or scale) would become is_causal:
-/// AttentionOptions names them.
+/// AttentionOptions names them. (A bare {} is ambiguous too: write AttentionOptions{}.)
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, double) = delete;
 /// Multi-head self-attention over a fused qkv projection: qkv [B, T, 3C] holds q, k and v side by
 /// side, each C = n_head x D wide with its heads in order; returns [B, T, C], the heads merged.

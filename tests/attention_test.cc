@@ -292,8 +292,48 @@ TEST(AttentionMask, IsAddedToTheScoresAndGetsItsGradient) {
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>(36, 0), {6, 6});
   EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::scaled_dot_product_attention(f, f, f, {.attn_mask = ids}); },
                                      {"scaled_dot_product_attention", "floating-point additive mask", "int64"}));
+  EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::scaled_dot_product_attention(f, f, f, {.attn_mask = bias}); },
+                                     {"scaled_dot_product_attention", "[6, 9]", "[2, 6, 6]"}));
+  const Tensor wider = values({4, 1, 6, 6}, 8).to(DType::kFloat32);  // would broadcast the batch up
+  EXPECT_TRUE(ag::test::throws_error([&] { ag::ops::scaled_dot_product_attention(f, f, f, {.attn_mask = wider}); },
+                                     {"scaled_dot_product_attention", "[4, 1, 6, 6]", "does not broadcast"}));
   EXPECT_TRUE(ag::test::throws_error(
-      [&] { ag::ops::scaled_dot_product_attention(f, f, f, {.attn_mask = bias}); }, {"[6, 9]", "[2, 6, 6]"}));
+      [&] { ag::ops::scaled_dot_product_attention(f, f, f, {.attn_mask = values({6, 6}, 9)}); },
+      {"scaled_dot_product_attention", "float32 or q's dtype", "float64"}));
+  // A float32 mask with bfloat16 q, k, v is added in bfloat16 (PyTorch's in-place add): the output
+  // is bfloat16 and within its rounding of the float32 run's.
+  const Tensor mask32 = values({6, 6}, 10).to(DType::kFloat32);
+  const Tensor h = values({2, 6, 8}, 11).to(DType::kBFloat16);
+  const Tensor out16 = ag::ops::scaled_dot_product_attention(h, h, h, {.attn_mask = mask32});
+  EXPECT_EQ(out16.dtype(), DType::kBFloat16);
+  const Tensor h32 = h.to(DType::kFloat32);
+  const std::vector<double> got = out16.to_double_vector(),
+                            want = ag::ops::scaled_dot_product_attention(h32, h32, h32, {.attn_mask = mask32})
+                                       .to_double_vector();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.05);
+}
+
+// safe_softmax: a row of only -inf gives 0s and a zero gradient in every dtype; other rows are
+// softmax's bits; a row with a NaN stays NaN (as torch._safe_softmax).
+TEST(SafeSoftmax, ARowOfOnlyMinusInfinityGivesZeros) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = Tensor::from_vector(std::vector<double>{-inf, -inf, -inf, 0.5, -1, 2, -inf, nan, 1}, {3, 3});
+  for (DType dtype : {DType::kFloat64, DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    Tensor leaf = x.to(dtype).detach();  // its own leaf (x.to(float64) would be x itself)
+    leaf.set_requires_grad(true);
+    const Tensor y = ag::ops::safe_softmax(leaf, -1);
+    ag::ops::sum(y * Tensor::from_vector(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3}).to(dtype)).backward();
+    const std::vector<double> v = y.to_double_vector(), g = leaf.grad().to_double_vector();
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(v[static_cast<size_t>(i)], 0.0) << ag::dtype_name(dtype);
+      EXPECT_EQ(g[static_cast<size_t>(i)], 0.0) << ag::dtype_name(dtype);
+    }
+    const std::vector<double> plain = ag::ops::softmax(x.to(dtype), -1).to_double_vector();
+    EXPECT_EQ(std::vector<double>(v.begin() + 3, v.begin() + 6),
+              std::vector<double>(plain.begin() + 3, plain.begin() + 6));
+    EXPECT_TRUE(std::isnan(v[7]));
+    EXPECT_TRUE(std::isnan(plain[0]));  // plain softmax: NaN
+  }
 }
 
 // Dropout on the probabilities: the fused kernel drops the elements the composed path's

@@ -600,6 +600,36 @@ TEST(CudaKernels, FusedAttentionKeepsNoScoresAndFallsBackWhereItDoesNotApply) {
   }
 }
 
+// safe_softmax's rows of only -inf give 0s and zero gradients on the GPU too; the other rows the
+// CPU's values (float32 and bfloat16).
+TEST(CudaKernels, SafeSoftmaxGivesZerosForEmptyRowsAsTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor x =
+      Tensor::from_vector(std::vector<float>{-inf, -inf, -inf, -inf, 0.5f, -1, 2, 0, 1, -inf, 3, -2}, {3, 4});
+  const Tensor dy = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {3, 4});
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    std::vector<double> out[2], grad[2];
+    for (int d = 0; d < 2; ++d) {
+      const Device device = d == 0 ? Device::kCPU : Device::kCUDA;
+      Tensor leaf = x.to(dtype).to(device);
+      leaf.set_requires_grad(true);
+      const Tensor y = ag::ops::safe_softmax(leaf, -1);
+      ag::ops::sum(y * dy.to(dtype).to(device)).backward();
+      out[d] = y.to_double_vector();
+      grad[d] = leaf.grad().to_double_vector();
+    }
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(out[1][i], 0.0) << ag::dtype_name(dtype);
+      EXPECT_EQ(grad[1][i], 0.0) << ag::dtype_name(dtype);
+    }
+    for (size_t i = 0; i < out[0].size(); ++i) {
+      EXPECT_NEAR(out[1][i], out[0][i], 1e-2 * (1 + std::abs(out[0][i]))) << i << " " << ag::dtype_name(dtype);
+      EXPECT_NEAR(grad[1][i], grad[0][i], 1e-1 * (1 + std::abs(grad[0][i]))) << i << " " << ag::dtype_name(dtype);
+    }
+  }
+}
+
 TEST(CudaKernels, SelfAttentionReadsTheHeadsWhereTheyLieInQkv) {
   SKIP_WITHOUT_CUDA();
   EXPECT_TRUE(agt::self_attention_reads_the_heads_in_place(Device::kCUDA, {DType::kBFloat16, DType::kFloat16}, 2, 70, 3,

@@ -175,7 +175,7 @@ const char* why_not_fused(const Tensor& qkv, int64_t n_head, const Settings& set
 // The options checked, the scale resolved (`scale` where given, else 1 / sqrt(D), PyTorch's
 // scale=None) and dropout's seed left to draw_dropout_seed. The mask's shape is add's to check
 // (it broadcasts to the scores or is an error naming both).
-Settings settings_of(const char* op, const AttentionOptions& options, int64_t d) {
+Settings settings_of(const char* op, const AttentionOptions& options, int64_t d, DType q_dtype) {
   AG_CHECK(!options.scale || std::isfinite(*options.scale), op, ": scale must be finite, got ", *options.scale,
            "; hint: leave it unset for 1 / sqrt(D)");
   AG_CHECK(options.dropout_p >= 0.0 && options.dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ",
@@ -184,9 +184,9 @@ Settings settings_of(const char* op, const AttentionOptions& options, int64_t d)
     AG_CHECK(!options.is_causal, op, ": attn_mask and is_causal were both given, ", options.attn_mask.to_string(),
              "; hint: add the causal mask (-inf above the diagonal) into attn_mask, or leave attn_mask unset");
     const DType mask_dtype = options.attn_mask.dtype();
-    AG_CHECK(dtype_info(mask_dtype).is_floating && is_compute(mask_dtype), op,
-             ": attn_mask must be a floating-point additive mask, got ", options.attn_mask.to_string(),
-             "; hint: 0 where a key takes part and -inf where it does not");
+    AG_CHECK(mask_dtype == DType::kFloat32 || mask_dtype == q_dtype, op,
+             ": attn_mask must be a floating-point additive mask, float32 or q's dtype (", dtype_name(q_dtype),
+             "), got ", options.attn_mask.to_string(), "; hint: 0 where a key takes part and -inf where it does not");
   }
   return {.mask = options.attn_mask,
           .causal = options.is_causal,
@@ -207,7 +207,20 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   // finite in float16 where q k^T alone would overflow.
   const double root = std::sqrt(std::abs(settings.scale));
   Tensor scores = matmul(scale(q, settings.scale < 0 ? -root : root), transpose(scale(k, root), -2, -1));
-  if (settings.mask.defined()) scores = add(scores, settings.mask);
+  if (settings.mask.defined()) {
+    // Added in the scores' dtype, as PyTorch adds it in place (under autocast the 16-bit one, as
+    // autocast casts PyTorch's mask); it broadcasts to the scores, never the other way.
+    const Shape& want = scores.shape();
+    const Shape& mask = settings.mask.shape();
+    bool fits = mask.size() <= want.size();
+    for (size_t i = 0; fits && i < mask.size(); ++i) {
+      const int64_t m = mask[mask.size() - 1 - i];
+      fits = m == 1 || m == want[want.size() - 1 - i];
+    }
+    AG_CHECK(fits, kOp, ": attn_mask ", settings.mask.to_string(), " does not broadcast to the scores ",
+             shape_to_string(want), " ([..., Tq, Tk]); hint: give it [Tq, Tk] or the scores' batch dimensions");
+    scores = add(scores, settings.mask.to(scores.dtype()));
+  }
   // A row the mask leaves no key gives 0s, not NaN, as PyTorch's (2.5 and later) math path.
   const Tensor p = settings.causal ? causal_softmax(scores) : safe_softmax(scores, -1);
   return matmul(dropout(p, settings.dropout_p), v);
@@ -230,7 +243,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   AG_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, kOp, ": q, k, v must be [..., T, D], got ", all());
   AG_CHECK(q.size(-1) == k.size(-1), kOp, ": q and k must have the same head size D, got ", all());
   AG_CHECK(k.size(-2) == v.size(-2), kOp, ": k and v must have the same length, got ", all());
-  Settings settings = settings_of(kOp, options, q.size(-1));
+  Settings settings = settings_of(kOp, options, q.size(-1), q.dtype());
   if (settings.mask.defined()) check_same_device(kOp, {{"q", &q}, {"attn_mask", &settings.mask}});
   const char* why_not = tls_backend == AttentionBackend::kComposed ? "" : why_not_fused(q, k, v, settings);
   if (why_not == nullptr) {
@@ -255,7 +268,7 @@ Tensor self_attention(const Tensor& qkv, int64_t n_head, const AttentionOptions&
   AG_CHECK(n_head >= 1 && qkv.size(2) % (3 * n_head) == 0, kSelf, ": qkv's last dimension must be 3 x n_head x D, ",
            "got ", all(), " with n_head ", n_head, "; hint: q, k and v are each n_head heads of D wide");
   const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3, d = c / n_head;
-  Settings settings = settings_of(kSelf, options, d);
+  Settings settings = settings_of(kSelf, options, d, qkv.dtype());
   const char* why_not = tls_backend == AttentionBackend::kComposed ? "" : why_not_fused(qkv, n_head, settings);
   if (why_not == nullptr) {
     draw_dropout_seed(settings);
