@@ -173,8 +173,8 @@ const char* why_not_fused(const Tensor& qkv, int64_t n_head, const Settings& set
 }
 
 // The options checked, the scale resolved (`scale` where given, else 1 / sqrt(D), PyTorch's
-// scale=None) and dropout's seed left to draw_dropout_seed. The mask's shape is add's to check
-// (it broadcasts to the scores or is an error naming both).
+// scale=None) and dropout's seed left to draw_dropout_seed. The mask's shape is checked where the
+// scores it must broadcast to are made (composed_attention).
 Settings settings_of(const char* op, const AttentionOptions& options, int64_t d, DType q_dtype) {
   AG_CHECK(!options.scale || std::isfinite(*options.scale), op, ": scale must be finite, got ", *options.scale,
            "; hint: leave it unset for 1 / sqrt(D)");
