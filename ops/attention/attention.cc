@@ -13,6 +13,7 @@
 #include "ops/attention/attention_kernels.h"
 #include "ops/checks.h"
 #include "ops/ops.h"
+#include "ops/strided.h"
 
 namespace ampgrad::ops {
 
@@ -210,15 +211,10 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   if (settings.mask.defined()) {
     // Added in the scores' dtype, as PyTorch adds it in place (under autocast the 16-bit one, as
     // autocast casts PyTorch's mask); it broadcasts to the scores, never the other way.
-    const Shape& want = scores.shape();
-    const Shape& mask = settings.mask.shape();
-    bool fits = mask.size() <= want.size();
-    for (size_t i = 0; fits && i < mask.size(); ++i) {
-      const int64_t m = mask[mask.size() - 1 - i];
-      fits = m == 1 || m == want[want.size() - 1 - i];
-    }
-    AG_CHECK(fits, kOp, ": attn_mask ", settings.mask.to_string(), " does not broadcast to the scores ",
-             shape_to_string(want), " ([..., Tq, Tk]); hint: give it [Tq, Tk] or the scores' batch dimensions");
+    const std::optional<Shape> both = kernels::try_broadcast_shapes(settings.mask.shape(), scores.shape());
+    AG_CHECK(both == scores.shape(), kOp, ": attn_mask ", settings.mask.to_string(), " does not broadcast to the ",
+             "scores ", shape_to_string(scores.shape()), " ([..., Tq, Tk]); hint: give it [Tq, Tk] or the scores' ",
+             "batch dimensions");
     scores = add(scores, settings.mask.to(scores.dtype()));
   }
   // A row the mask leaves no key gives 0s, not NaN, as PyTorch's (2.5 and later) math path.
